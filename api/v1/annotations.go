@@ -1,0 +1,149 @@
+package v1
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+const (
+	// AnnotationClaim is set by the user on a pod: the name of the GpuClaim (same namespace).
+	AnnotationClaim = GroupName + "/claim"
+	// AnnotationAllocated is set by the scheduler only: "node:id,id,...".
+	AnnotationAllocated = GroupName + "/allocated"
+	// AnnotationGPUIDs is set by the scheduler only: just the IDs, "0,1". The webhook points
+	// CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES at it through the Downward API, so the
+	// kubelet resolves it when the container starts, after binding.
+	AnnotationGPUIDs = GroupName + "/gpu-ids"
+
+	// SchedulerName is the profile our kube-scheduler serves.
+	SchedulerName = "gpu-scheduler"
+
+	// LabelPrefix prefixes every label this project puts on nodes and leases.
+	LabelPrefix = GroupName + "/"
+	// LabelLeaseNode, LabelLeaseGPU, LabelPodNamespace, LabelPodName and LabelPodUID are set
+	// on every GPU Lease so that leases can be listed by node or by pod and cleaned up.
+	LabelLeaseNode    = LabelPrefix + "node"
+	LabelLeaseGPU     = LabelPrefix + "gpu"
+	LabelPodNamespace = LabelPrefix + "pod-namespace"
+	LabelPodName      = LabelPrefix + "pod-name"
+	LabelPodUID       = LabelPrefix + "pod-uid"
+	// LabelLeaseShared marks a lease held by Shared pods (holderIdentity lists no single owner).
+	LabelLeaseShared = LabelPrefix + "shared"
+	// LabelTopology names the mock topology a simulated node carries.
+	LabelTopology = LabelPrefix + "topology"
+	// LabelGPUProduct, LabelGPUCount and LabelNVLink are set on nodes by the agent for users
+	// to select on.
+	LabelGPUProduct = LabelPrefix + "product"
+	LabelGPUCount   = LabelPrefix + "count"
+	LabelNVLink     = LabelPrefix + "nvlink"
+)
+
+// LeaseName is the name of the Lease that locks GPU id on node: gpu-{node}-{id}.
+// It fails when the result is not a valid object name (node names can be 253 characters long).
+func LeaseName(node string, id int) (string, error) {
+	if node == "" {
+		return "", fmt.Errorf("lease name for GPU %d: node name is empty", id)
+	}
+	if id < 0 {
+		return "", fmt.Errorf("lease name for node %q: GPU id %d is negative", node, id)
+	}
+	name := "gpu-" + node + "-" + strconv.Itoa(id)
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", fmt.Errorf("lease name %q for node %q GPU %d is not a valid object name: %s", name, node, id, strings.Join(errs, "; "))
+	}
+	return name, nil
+}
+
+// Allocation is a node and the GPU IDs allocated on it.
+type Allocation struct {
+	Node string
+	IDs  []int
+}
+
+// String formats the allocation as "node:0,1,2", the value of AnnotationAllocated.
+func (a Allocation) String() string {
+	return a.Node + ":" + FormatIDs(a.IDs)
+}
+
+// FormatIDs formats GPU IDs as "0,1,2", the value of AnnotationGPUIDs.
+func FormatIDs(ids []int) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(id))
+	}
+	return b.String()
+}
+
+// maxIDs bounds how many IDs a value may carry; no node has more GPUs than a claim may ask for.
+const maxIDs = MaxGPUsPerClaim
+
+// ParseIDs parses "0,1,2". IDs must be non-negative decimal integers without signs or spaces,
+// and must not repeat; at least one is required. The result is sorted.
+func ParseIDs(s string) ([]int, error) {
+	if s == "" {
+		return nil, fmt.Errorf("GPU ID list is empty; want comma-separated IDs like 0,1")
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) > maxIDs {
+		return nil, fmt.Errorf("GPU ID list %q has %d IDs; at most %d are allowed", truncate(s), len(parts), maxIDs)
+	}
+	ids := make([]int, 0, len(parts))
+	seen := make(map[int]bool, len(parts))
+	for _, p := range parts {
+		if p == "" || len(p) > 3 {
+			return nil, fmt.Errorf("GPU ID list %q: %q is not a GPU ID; want comma-separated IDs like 0,1", truncate(s), truncate(p))
+		}
+		for _, c := range p {
+			if c < '0' || c > '9' {
+				return nil, fmt.Errorf("GPU ID list %q: %q is not a non-negative integer", truncate(s), p)
+			}
+		}
+		if len(p) > 1 && p[0] == '0' {
+			return nil, fmt.Errorf("GPU ID list %q: %q has a leading zero", truncate(s), p)
+		}
+		id, _ := strconv.Atoi(p) // digits only, at most 3: cannot fail
+		if seen[id] {
+			return nil, fmt.Errorf("GPU ID list %q: ID %d appears twice", truncate(s), id)
+		}
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids, nil
+}
+
+// ParseAllocation parses "node:0,1,2", the value of AnnotationAllocated.
+func ParseAllocation(s string) (Allocation, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return Allocation{}, fmt.Errorf("allocation %q has no ':'; want node:ids like node-a:0,1", truncate(s))
+	}
+	node := s[:i]
+	if node == "" {
+		return Allocation{}, fmt.Errorf("allocation %q has an empty node name; want node:ids like node-a:0,1", truncate(s))
+	}
+	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
+		return Allocation{}, fmt.Errorf("allocation %q: node name %q is invalid: %s", truncate(s), truncate(node), strings.Join(errs, "; "))
+	}
+	ids, err := ParseIDs(s[i+1:])
+	if err != nil {
+		return Allocation{}, fmt.Errorf("allocation %q: %w", truncate(s), err)
+	}
+	return Allocation{Node: node, IDs: ids}, nil
+}
+
+// truncate keeps error messages readable when the input is huge.
+func truncate(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

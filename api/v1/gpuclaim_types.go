@@ -1,0 +1,188 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Policy says how the GPUs of a claim are picked on the chosen node.
+// +kubebuilder:validation:Enum=contiguous;spread;preferIds
+type Policy string
+
+const (
+	// PolicyContiguous picks adjacent GPU IDs, inside one NVLink island when possible.
+	PolicyContiguous Policy = "contiguous"
+	// PolicySpread spreads the GPUs across islands.
+	PolicySpread Policy = "spread"
+	// PolicyPreferIDs picks the IDs in preferIds when they are free and healthy, and falls back otherwise.
+	PolicyPreferIDs Policy = "preferIds"
+)
+
+// Exclusivity says whether a GPU may be shared with other pods.
+// +kubebuilder:validation:Enum=Exclusive;Shared;MIG
+type Exclusivity string
+
+const (
+	// Exclusive dedicates each GPU to one pod.
+	Exclusive Exclusivity = "Exclusive"
+	// Shared lets several Shared pods use a GPU (no isolation); never one that an Exclusive pod holds.
+	Shared Exclusivity = "Shared"
+	// MIG is Multi-Instance GPU; part of the API contract but not implemented: such claims fail
+	// with a message that says so.
+	MIG Exclusivity = "MIG"
+)
+
+// TopologyMode says how strongly a claim needs NVLink-local GPUs.
+// +kubebuilder:validation:Enum=Required;Preferred;Ignore
+type TopologyMode string
+
+const (
+	// TopologyRequired fails rather than place GPUs across islands or below minBandwidthGBps.
+	TopologyRequired TopologyMode = "Required"
+	// TopologyPreferred tries to meet the requirement and falls back when it cannot.
+	TopologyPreferred TopologyMode = "Preferred"
+	// TopologyIgnore does not consider topology at all.
+	TopologyIgnore TopologyMode = "Ignore"
+)
+
+// ClaimPhase is where a claim is in its life.
+// +kubebuilder:validation:Enum=Pending;Reserved;Bound;Failed
+type ClaimPhase string
+
+const (
+	// ClaimPending waits for a pod to be scheduled with it (also after its pod went away).
+	ClaimPending ClaimPhase = "Pending"
+	// ClaimReserved has GPUs chosen and being locked for a pod.
+	ClaimReserved ClaimPhase = "Reserved"
+	// ClaimBound holds locked GPUs on a node for a pod.
+	ClaimBound ClaimPhase = "Bound"
+	// ClaimFailed can never be satisfied as written; the message says why.
+	ClaimFailed ClaimPhase = "Failed"
+)
+
+// MaxGPUsPerClaim bounds devices.count; no single node carries more GPUs than this.
+const MaxGPUsPerClaim = 64
+
+// +genclient
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=gclaim,categories=gpu
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="GPUs",type=string,JSONPath=`.status.gpuIds`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// GpuClaim is a declarative request for GPUs, named by a pod through the gpu.scheduling/claim
+// annotation. One claim serves one live pod at a time.
+type GpuClaim struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec GpuClaimSpec `json:"spec"`
+	// +optional
+	Status GpuClaimStatus `json:"status,omitempty"`
+}
+
+// GpuClaimSpec is what the user asks for.
+type GpuClaimSpec struct {
+	// Devices describes the GPUs needed.
+	// +required
+	Devices DeviceRequest `json:"devices"`
+	// Selector restricts the nodes the claim may land on.
+	// +optional
+	Selector *NodeSelector `json:"selector,omitempty"`
+	// Topology states the NVLink needs. Absent means Preferred with no bandwidth minimum.
+	// +optional
+	Topology *TopologyRequirement `json:"topology,omitempty"`
+	// GangRef names a pod group for multi-pod scheduling. Accepted and recorded; gang
+	// scheduling itself is not implemented.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	GangRef string `json:"gangRef,omitempty"`
+}
+
+// DeviceRequest describes the GPUs of a claim.
+// +kubebuilder:validation:XValidation:rule="self.policy != 'preferIds' || (has(self.preferIds) && size(self.preferIds) > 0)",message="preferIds must list at least one GPU ID when policy is preferIds"
+// +kubebuilder:validation:XValidation:rule="!has(self.preferIds) || size(self.preferIds) == 0 || self.policy == 'preferIds'",message="preferIds is only used with policy: preferIds; set policy: preferIds or remove preferIds"
+type DeviceRequest struct {
+	// Count is the number of GPUs needed, on one node.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +required
+	Count int32 `json:"count"`
+	// Policy is the allocation strategy on the node.
+	// +kubebuilder:default=contiguous
+	// +optional
+	Policy Policy `json:"policy,omitempty"`
+	// PreferIDs are the GPU IDs to try first with policy preferIds.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Minimum=0
+	// +kubebuilder:validation:items:Maximum=63
+	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y == x))",message="preferIds must not repeat a GPU ID"
+	// +listType=atomic
+	// +optional
+	PreferIDs []int32 `json:"preferIds,omitempty"`
+	// Exclusivity is the sharing mode.
+	// +kubebuilder:default=Exclusive
+	// +optional
+	Exclusivity Exclusivity `json:"exclusivity,omitempty"`
+}
+
+// NodeSelector targets nodes by label.
+type NodeSelector struct {
+	// MatchLabels must all be present with these values on the node.
+	// +optional
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+}
+
+// TopologyRequirement states the NVLink needs of a claim.
+type TopologyRequirement struct {
+	// Mode is how strongly the requirement holds.
+	// +kubebuilder:default=Preferred
+	// +optional
+	Mode TopologyMode `json:"mode,omitempty"`
+	// MinBandwidthGBps is the minimum interconnect bandwidth of every chosen GPU to its island peers.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MinBandwidthGBps int32 `json:"minBandwidthGBps,omitempty"`
+}
+
+// GpuClaimStatus reflects the scheduler's progress.
+type GpuClaimStatus struct {
+	// Phase is Pending, Reserved, Bound or Failed.
+	// +optional
+	Phase ClaimPhase `json:"phase,omitempty"`
+	// NodeName is the node the GPUs are on.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// GpuIDs are the allocated GPU IDs.
+	// +listType=atomic
+	// +optional
+	GpuIDs []int32 `json:"gpuIds,omitempty"`
+	// Allocated is "node:id,id", the same value as the pod's gpu.scheduling/allocated annotation.
+	// +optional
+	Allocated string `json:"allocated,omitempty"`
+	// Message says what happened, or what is wrong, in words.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// PodName is the pod that holds the claim.
+	// +optional
+	PodName string `json:"podName,omitempty"`
+	// PodUID is the UID of the pod that holds the claim.
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// ObservedGeneration is the spec generation the status was written for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// GpuClaimList is a list of GpuClaims.
+type GpuClaimList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GpuClaim `json:"items"`
+}

@@ -1,0 +1,125 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Health is the state of one GPU as the agent sees it.
+// +kubebuilder:validation:Enum=Healthy;Unhealthy;Unknown
+type Health string
+
+const (
+	// Healthy GPUs may be allocated.
+	Healthy Health = "Healthy"
+	// Unhealthy GPUs had a critical error (Xid, double-bit ECC, lost) and are never allocated.
+	Unhealthy Health = "Unhealthy"
+	// Unknown GPUs could not be read (NVML failed) and are never allocated.
+	Unknown Health = "Unknown"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=gns,categories=gpu
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.total`
+// +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthy`
+// +kubebuilder:printcolumn:name="Free",type=integer,JSONPath=`.status.free`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// GpuNodeStatus is the GPU inventory and health of one node, written by the node agent and
+// named after the node.
+type GpuNodeStatus struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec GpuNodeStatusSpec `json:"spec,omitempty"`
+	// +optional
+	Status GpuNodeStatusStatus `json:"status,omitempty"`
+}
+
+// GpuNodeStatusSpec names the node.
+type GpuNodeStatusSpec struct {
+	// NodeName is the Kubernetes node name.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+}
+
+// GpuNodeStatusStatus is what the agent read from the hardware.
+type GpuNodeStatusStatus struct {
+	// Devices lists the node's GPUs.
+	// +listType=map
+	// +listMapKey=id
+	// +optional
+	Devices []Device `json:"devices,omitempty"`
+	// Total is the number of GPUs on the node.
+	// +optional
+	Total int32 `json:"total,omitempty"`
+	// Healthy is the number of Healthy GPUs.
+	// +optional
+	Healthy int32 `json:"healthy,omitempty"`
+	// Free is the number of Healthy GPUs nobody holds.
+	// +optional
+	Free int32 `json:"free,omitempty"`
+	// LastHeartbeatTime is when the agent last confirmed this status. The agent writes only on
+	// change, and at least once per heartbeat interval; the scheduler ignores nodes whose
+	// heartbeat is older than its freshness limit.
+	// +optional
+	LastHeartbeatTime metav1.Time `json:"lastHeartbeatTime,omitempty"`
+	// Message explains a node-wide problem, such as NVML failing to initialise.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// Device is one GPU.
+type Device struct {
+	// ID is the GPU's index on the node (NVML index).
+	// +kubebuilder:validation:Minimum=0
+	ID int32 `json:"id"`
+	// InUseBy lists the UIDs of the pods holding this GPU.
+	// +listType=atomic
+	// +optional
+	InUseBy []string `json:"inUseBy,omitempty"`
+	// Health is Healthy, Unhealthy or Unknown.
+	// +optional
+	Health Health `json:"health,omitempty"`
+	// BandwidthGBps is the interconnect bandwidth to the GPU's island peers.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	BandwidthGBps int32 `json:"bandwidthGBps,omitempty"`
+	// Island names the group of GPUs joined by a fast interconnect (NVLink, NVSwitch or one PCIe switch).
+	// +optional
+	Island string `json:"island,omitempty"`
+	// UUID is the GPU's NVML UUID.
+	// +optional
+	UUID string `json:"uuid,omitempty"`
+	// Product is the GPU's name, such as "NVIDIA H100 80GB HBM3".
+	// +optional
+	Product string `json:"product,omitempty"`
+	// MemoryMiB is the GPU's total memory.
+	// +optional
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// PCIBusID is the GPU's PCI bus ID.
+	// +optional
+	PCIBusID string `json:"pciBusId,omitempty"`
+	// UtilizationPercent is the GPU's recent utilization, when the agent reads it.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	UtilizationPercent *int32 `json:"utilizationPercent,omitempty"`
+	// Reason says why the GPU is not Healthy.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// GpuNodeStatusList is a list of GpuNodeStatus.
+type GpuNodeStatusList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GpuNodeStatus `json:"items"`
+}

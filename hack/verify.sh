@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Fails when code is not gofmt-clean, go vet complains, or generated code is stale.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change these files (run gofmt -w):" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+
+CGO_ENABLED=1 go vet ./...
+
+# Generate into a scratch copy of the tree and compare, so a dirty work tree is never touched.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents {} "$scratch/"
+(cd "$scratch" && mkdir -p _output && ln -s "$root/_output/bin" _output/bin 2>/dev/null || true; bash hack/update-codegen.sh >/dev/null)
+for d in api charts/gpu-scheduler/crds; do
+	if ! diff -r "$root/$d" "$scratch/$d" >/dev/null; then
+		echo "generated code in $d is stale: run 'make generate' and commit the result" >&2
+		diff -r "$root/$d" "$scratch/$d" | head -40 >&2
+		exit 1
+	fi
+done
+echo "verify: ok"
