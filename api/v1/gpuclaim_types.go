@@ -85,6 +85,7 @@ type GpuClaim struct {
 }
 
 // GpuClaimSpec is what the user asks for.
+// +kubebuilder:validation:XValidation:rule="!has(self.topology) || !has(self.topology.mode) || self.topology.mode != 'Required' || self.devices.policy != 'spread'",message="policy spread places GPUs across islands and cannot be combined with topology.mode Required; use Preferred or Ignore"
 type GpuClaimSpec struct {
 	// Devices describes the GPUs needed.
 	// +required
