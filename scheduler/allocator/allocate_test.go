@@ -41,15 +41,15 @@ func TestAllocate(t *testing.T) {
 			want: []int{0, 1}, wantLocal: true,
 		},
 		{
-			name: "seed box: Required 600 GB/s never uses the 64 GB/s island",
-			node: seedBox().HeldBy("p", 0).Node(),
-			req:  Request{Count: 4, Policy: Contiguous, Topology: Required, MinBandwidthGBps: 600},
+			name:    "seed box: Required 600 GB/s never uses the 64 GB/s island",
+			node:    seedBox().HeldBy("p", 0).Node(),
+			req:     Request{Count: 4, Policy: Contiguous, Topology: Required, MinBandwidthGBps: 600},
 			wantErr: "needs 4 healthy free GPUs; node has 3 (1 not healthy, 1 held, 3 below 600 GB/s)",
 		},
 		{
-			name: "Required across islands fails with the best island's free count",
-			node: TwoIslands("n", 4, 4).HeldBy("p", 0, 4).Node(),
-			req:  Request{Count: 4, Policy: Contiguous, Topology: Required},
+			name:    "Required across islands fails with the best island's free count",
+			node:    TwoIslands("n", 4, 4).HeldBy("p", 0, 4).Node(),
+			req:     Request{Count: 4, Policy: Contiguous, Topology: Required},
 			wantErr: "needs 4 healthy free GPUs in one island; best island has 3 free",
 		},
 		{
@@ -101,9 +101,9 @@ func TestAllocate(t *testing.T) {
 			want: []int{3}, wantLocal: true,
 		},
 		{
-			name: "NVLink pairs: 2-GPU Required claim never straddles pairs",
-			node: NVLinkPairs("n", 4, 100).HeldBy("p", 1, 2).Node(),
-			req:  Request{Count: 2, Policy: Contiguous, Topology: Required},
+			name:    "NVLink pairs: 2-GPU Required claim never straddles pairs",
+			node:    NVLinkPairs("n", 4, 100).HeldBy("p", 1, 2).Node(),
+			req:     Request{Count: 2, Policy: Contiguous, Topology: Required},
 			wantErr: "needs 2 healthy free GPUs in one island; best island has 1 free",
 		},
 		// --- health and holders ---
@@ -114,15 +114,15 @@ func TestAllocate(t *testing.T) {
 			want: []int{2, 3}, wantLocal: true,
 		},
 		{
-			name: "never an Unknown GPU",
-			node: DGX("n", 4, 600).Unknown(0, 1, 2).Node(),
-			req:  Request{Count: 2, Policy: Contiguous},
+			name:    "never an Unknown GPU",
+			node:    DGX("n", 4, 600).Unknown(0, 1, 2).Node(),
+			req:     Request{Count: 2, Policy: Contiguous},
 			wantErr: "needs 2 healthy free GPUs; node has 1 (3 not healthy)",
 		},
 		{
-			name: "Exclusive never takes a shared GPU",
-			node: DGX("n", 4, 600).SharedBy(0, 1, 2).Node(),
-			req:  Request{Count: 2, Policy: Contiguous, Exclusivity: Exclusive},
+			name:    "Exclusive never takes a shared GPU",
+			node:    DGX("n", 4, 600).SharedBy(0, 1, 2).Node(),
+			req:     Request{Count: 2, Policy: Contiguous, Exclusivity: Exclusive},
 			wantErr: "needs 2 healthy free GPUs; node has 1 (3 held)",
 		},
 		{
@@ -132,15 +132,15 @@ func TestAllocate(t *testing.T) {
 			want: []int{0}, wantLocal: true,
 		},
 		{
-			name: "Shared never lands on an exclusively held GPU",
-			node: DGX("n", 2, 600).HeldBy("x", 0, 1).Node(),
-			req:  Request{Count: 1, Policy: Contiguous, Exclusivity: Shared},
+			name:    "Shared never lands on an exclusively held GPU",
+			node:    DGX("n", 2, 600).HeldBy("x", 0, 1).Node(),
+			req:     Request{Count: 1, Policy: Contiguous, Exclusivity: Shared},
 			wantErr: "needs 1 healthy shareable GPUs; node has 0 (2 held)",
 		},
 		{
-			name: "more GPUs than the node has",
-			node: DGX("n", 8, 600).Node(),
-			req:  Request{Count: 9, Policy: Contiguous},
+			name:    "more GPUs than the node has",
+			node:    DGX("n", 8, 600).Node(),
+			req:     Request{Count: 9, Policy: Contiguous},
 			wantErr: "node has 8 GPUs; claim needs 9",
 		},
 		// --- spread ---
