@@ -1,0 +1,95 @@
+package v1
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseAllocation(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Allocation
+		wantErr string
+	}{
+		{in: "node-a:0", want: Allocation{Node: "node-a", IDs: []int{0}}},
+		{in: "node-b:3,0,2,1", want: Allocation{Node: "node-b", IDs: []int{0, 1, 2, 3}}},
+		{in: "gpu.example.com:7", want: Allocation{Node: "gpu.example.com", IDs: []int{7}}},
+		{in: "", wantErr: `allocation "" has no ':'`},
+		{in: "node-a", wantErr: `allocation "node-a" has no ':'`},
+		{in: ":0,1", wantErr: "has an empty node name"},
+		{in: "node-a:", wantErr: "GPU ID list is empty"},
+		{in: "node-a:0,,1", wantErr: `"" is not a GPU ID`},
+		{in: "node-a:0,1,", wantErr: `"" is not a GPU ID`},
+		{in: "node-a:-1", wantErr: `"-1" is not a non-negative integer`},
+		{in: "node-a:+1", wantErr: `"+1" is not a non-negative integer`},
+		{in: "node-a: 1", wantErr: `" 1" is not a non-negative integer`},
+		{in: "node-a:01", wantErr: `"01" has a leading zero`},
+		{in: "node-a:1,1", wantErr: "ID 1 appears twice"},
+		{in: "node-a:99999", wantErr: `"99999" is not a GPU ID`},
+		{in: "Node_A:1", wantErr: `node name "Node_A" is invalid`},
+		{in: "node-a:" + strings.Repeat("1,", 70) + "1", wantErr: "at most 64 are allowed"},
+	}
+	for _, tt := range tests {
+		got, err := ParseAllocation(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("ParseAllocation(%q) error = %v, want it to contain %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseAllocation(%q): %v", tt.in, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseAllocation(%q) = %+v, want %+v", tt.in, got, tt.want)
+		}
+		if back := got.String(); back != tt.want.Node+":"+FormatIDs(tt.want.IDs) {
+			t.Errorf("String() = %q", back)
+		}
+	}
+}
+
+func TestLeaseName(t *testing.T) {
+	if got, err := LeaseName("node-a", 3); err != nil || got != "gpu-node-a-3" {
+		t.Fatalf("LeaseName = %q, %v", got, err)
+	}
+	for _, tc := range []struct {
+		node string
+		id   int
+		want string
+	}{
+		{"", 0, "node name is empty"},
+		{"n", -1, "is negative"},
+		{strings.Repeat("a", 250), 1, "is not a valid object name"},
+	} {
+		if _, err := LeaseName(tc.node, tc.id); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("LeaseName(%q, %d) error = %v, want %q", tc.node, tc.id, err, tc.want)
+		}
+	}
+}
+
+// FuzzParseAllocation checks that no input panics and that whatever parses formats back to a
+// value that parses to the same allocation.
+func FuzzParseAllocation(f *testing.F) {
+	for _, s := range []string{"node-a:0", "node-b:0,1,2,3", ":", "a:b:1", "n:1,1", "n:-0", "n:٣"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseAllocation(s)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error message")
+			}
+			return
+		}
+		if len(a.IDs) == 0 || a.Node == "" {
+			t.Fatalf("parsed %q into an empty allocation %+v", s, a)
+		}
+		b, err := ParseAllocation(a.String())
+		if err != nil || !reflect.DeepEqual(a, b) {
+			t.Fatalf("round trip of %q: %+v -> %q -> %+v, %v", s, a, a.String(), b, err)
+		}
+	})
+}
