@@ -1,0 +1,157 @@
+// Package gpu is the agent's narrow view of the GPU management library: the few facts and
+// events the agent needs, and nothing of the rest of NVML. The production implementation
+// (package nvmlgpu) adapts go-nvml; the simulator and the tests plug mock topologies into the
+// same adapter, so everything above this interface runs unchanged against real and mock GPUs.
+package gpu
+
+import (
+	"context"
+	"errors"
+)
+
+// Library is a GPU management library session: Init, read, watch, Shutdown.
+type Library interface {
+	// Init loads and initialises the library. Every other call needs a successful Init.
+	Init() error
+	// Shutdown ends the session started by Init.
+	Shutdown() error
+	// Devices lists the GPUs in index order.
+	Devices() ([]Device, error)
+	// WatchEvents delivers health events for devices to out until ctx is done (then it returns
+	// nil) or the library fails (then it returns the error, and the caller starts a new session).
+	WatchEvents(ctx context.Context, devices []Device, out chan<- Event) error
+}
+
+// Device is one GPU.
+type Device interface {
+	// Index is the GPU's index on the node, the ID the scheduler allocates.
+	Index() int
+	UUID() (string, error)
+	Name() (string, error)
+	MemoryMiB() (int64, error)
+	PCIBusID() (string, error)
+	// PCIeLink is the GPU's maximum PCIe link generation and width.
+	PCIeLink() (PCIeLink, error)
+	// NVLinks lists the GPU's NVLink links, active or not; none on GPUs without NVLink.
+	NVLinks() ([]Link, error)
+	// CommonAncestor is the closest PCIe topology level the GPU shares with other.
+	CommonAncestor(other Device) (PCIeLevel, error)
+	// Probe checks that the GPU answers and has no persistent fault. It returns nil, an error
+	// wrapping ErrLost, an error wrapping ErrFaulted, or another error when it cannot tell.
+	Probe() error
+}
+
+var (
+	// ErrLost means the GPU fell off the bus or does not answer.
+	ErrLost = errors.New("GPU is lost")
+	// ErrFaulted means the GPU answers but reports a persistent fault (such as a failed
+	// row remapping) that only a reset clears.
+	ErrFaulted = errors.New("GPU reports a persistent fault")
+)
+
+// PCIeLink is a PCIe link's generation and lane count.
+type PCIeLink struct {
+	Generation int
+	Width      int
+}
+
+// PCIeLevel is how far apart two GPUs are on the PCIe tree, closest first; the values match
+// NVML's nvmlGpuTopologyLevel_t.
+type PCIeLevel int
+
+const (
+	// LevelInternal is the same board (a multi-GPU board) or the same GPU.
+	LevelInternal PCIeLevel = 0
+	// LevelSingle is one PCIe switch.
+	LevelSingle PCIeLevel = 10
+	// LevelMultiple is several PCIe switches, without crossing a host bridge.
+	LevelMultiple PCIeLevel = 20
+	// LevelHostBridge is the same host bridge.
+	LevelHostBridge PCIeLevel = 30
+	// LevelNode is the same NUMA node (CPU socket).
+	LevelNode PCIeLevel = 40
+	// LevelSystem is across sockets.
+	LevelSystem PCIeLevel = 50
+)
+
+// RemoteType is what sits at the far end of an NVLink.
+type RemoteType int
+
+const (
+	RemoteUnknown RemoteType = iota
+	RemoteGPU
+	RemoteSwitch
+	RemoteOther
+)
+
+func (r RemoteType) String() string {
+	switch r {
+	case RemoteGPU:
+		return "GPU"
+	case RemoteSwitch:
+		return "NVSwitch"
+	case RemoteOther:
+		return "other"
+	default:
+		return "unknown"
+	}
+}
+
+// NVLinkVersion is the NVLink version of one link, in NVML's nvmlNvlinkVersion_t numbering.
+type NVLinkVersion int
+
+const (
+	NVLinkVersionInvalid NVLinkVersion = 0
+	NVLinkVersion1_0     NVLinkVersion = 1
+	NVLinkVersion2_0     NVLinkVersion = 2
+	NVLinkVersion2_2     NVLinkVersion = 3
+	NVLinkVersion3_0     NVLinkVersion = 4
+	NVLinkVersion3_1     NVLinkVersion = 5
+	NVLinkVersion4_0     NVLinkVersion = 6
+	NVLinkVersion5_0     NVLinkVersion = 7
+)
+
+// Link is one NVLink of a GPU.
+type Link struct {
+	// Index is the link number on the GPU.
+	Index int
+	// Active tells whether the link is up; inactive links carry nothing else.
+	Active  bool
+	Version NVLinkVersion
+	// RemoteBusID is the PCI bus ID of the device at the far end (a GPU or an NVSwitch).
+	RemoteBusID string
+	RemoteType  RemoteType
+}
+
+// EventKind is the kind of a health event.
+type EventKind int
+
+const (
+	// EventXid is an Xid error; Event.Xid holds its code.
+	EventXid EventKind = iota + 1
+	// EventDoubleBitECC is an uncorrectable (double-bit) ECC error.
+	EventDoubleBitECC
+	// EventLost means some GPU stopped answering; the library cannot say which.
+	EventLost
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventXid:
+		return "xid"
+	case EventDoubleBitECC:
+		return "double-bit-ecc"
+	case EventLost:
+		return "lost"
+	default:
+		return "unknown"
+	}
+}
+
+// Event is one health event.
+type Event struct {
+	Kind EventKind
+	// Device is the GPU's index, or -1 when the library could not say which GPU it was.
+	Device int
+	Xid    uint64
+}
