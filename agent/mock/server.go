@@ -49,9 +49,9 @@ type Device struct {
 	links     []link
 
 	// Guarded by server.mu.
-	lost          bool
-	remapFailure  bool
-	registered    map[*EventSet]uint64
+	lost         bool
+	remapFailure bool
+	registered   map[*EventSet]uint64
 }
 
 var _ nvml.Device = &Device{}
