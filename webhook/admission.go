@@ -1,0 +1,197 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	sigsjson "sigs.k8s.io/json"
+)
+
+var (
+	podKind        = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	bindingKind    = metav1.GroupVersionKind{Version: "v1", Kind: "Binding"}
+	podsResource   = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
+	admissionGVK   = admissionv1.SchemeGroupVersion.WithKind("AdmissionReview")
+	errEmptyReview = errors.New("AdmissionReview has no request")
+)
+
+// Admitter decides admission requests. It holds no state besides its configuration and is
+// safe for concurrent use.
+type Admitter struct {
+	Mode      EnvMode
+	Scheduler SchedulerIdentity
+}
+
+// Outcome is what a request did, for metrics and logs.
+type Outcome struct {
+	// Mutated: a non-empty patch was returned. Replaced: a user-set variable was replaced.
+	Mutated, Replaced bool
+	// DenyReason is set when the request was denied.
+	DenyReason string
+}
+
+// DecodeReview decodes an AdmissionReview request body. Only admission.k8s.io/v1 is accepted:
+// the rendered configurations ask for nothing else.
+func DecodeReview(data []byte) (*admissionv1.AdmissionReview, error) {
+	review := &admissionv1.AdmissionReview{}
+	// Case-sensitive, as the apiserver decodes: "UID" must not be read as "uid".
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, review); err != nil {
+		return nil, fmt.Errorf("decode AdmissionReview: %w", err)
+	}
+	if gvk := review.GroupVersionKind(); gvk != admissionGVK {
+		return nil, fmt.Errorf("decode AdmissionReview: got apiVersion %q kind %q, want %s", review.APIVersion, review.Kind, admissionGVK.GroupVersion().String()+" AdmissionReview")
+	}
+	if review.Request == nil {
+		return nil, errEmptyReview
+	}
+	if review.Request.UID == "" {
+		return nil, errors.New("decode AdmissionReview: request has no uid")
+	}
+	return review, nil
+}
+
+// Mutate answers a /mutate request.
+func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, Outcome) {
+	if req.Resource != podsResource || req.SubResource != "" || req.Kind != podKind {
+		return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate: expected a v1 Pod, got %s (resource %s, subresource %q)", kindString(req.Kind), resourceString(req.Resource), req.SubResource)), Outcome{}
+	}
+	if req.Operation != admissionv1.Create {
+		// The spec is immutable after creation: there is nothing to add on other operations.
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Outcome{}
+	}
+	pod := &corev1.Pod{}
+	if err := decodeObject(req.Object.Raw, pod); err != nil {
+		return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{}
+	}
+	m := MutatePod(pod, a.Mode)
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Warnings: m.Warnings}
+	if len(m.Patch) == 0 {
+		return resp, Outcome{}
+	}
+	patch, err := json.Marshal(m.Patch)
+	if err != nil {
+		return errorResponse(req, http.StatusInternalServerError, fmt.Errorf("mutate pod %s/%s: encode patch: %w", req.Namespace, podName(req, pod), err)), Outcome{}
+	}
+	resp.Patch = patch
+	resp.PatchType = ptr.To(admissionv1.PatchTypeJSONPatch)
+	klog.FromContext(ctx).V(4).Info("Pointing containers at the GPU allocation", "pod", klog.KRef(req.Namespace, podName(req, pod)), "operations", len(m.Patch), "replaced", len(m.Warnings))
+	return resp, Outcome{Mutated: true, Replaced: len(m.Warnings) > 0}
+}
+
+// Validate answers a /validate request.
+func (a *Admitter) Validate(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, Outcome) {
+	if req.Resource != podsResource {
+		return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate: expected resource pods, got %s", resourceString(req.Resource))), Outcome{}
+	}
+	var d Decision
+	switch {
+	case req.SubResource == "binding" && req.Operation == admissionv1.Create:
+		if req.Kind != bindingKind {
+			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate pods/binding: expected a v1 Binding, got %s", kindString(req.Kind))), Outcome{}
+		}
+		b := &corev1.Binding{}
+		if err := decodeObject(req.Object.Raw, b); err != nil {
+			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate binding of pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{}
+		}
+		fillNamespace(&b.ObjectMeta, req)
+		d = ValidateBinding(b, req.UserInfo, a.Scheduler)
+	case (req.SubResource == "" || req.SubResource == "status") && (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
+		if req.Kind != podKind {
+			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate: expected a v1 Pod, got %s", kindString(req.Kind))), Outcome{}
+		}
+		pod := &corev1.Pod{}
+		if err := decodeObject(req.Object.Raw, pod); err != nil {
+			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{}
+		}
+		fillNamespace(&pod.ObjectMeta, req)
+		if req.Operation == admissionv1.Create {
+			d = ValidatePodCreate(pod)
+			break
+		}
+		old := &corev1.Pod{}
+		if err := decodeObject(req.OldObject.Raw, old); err != nil {
+			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate pod %s/%s: old object: %w", req.Namespace, req.Name, err)), Outcome{}
+		}
+		d = ValidatePodUpdate(old, pod, req.UserInfo, a.Scheduler)
+	default:
+		// Not an operation that can write the allocation.
+		d = allow
+	}
+	if d.Allowed {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Outcome{}
+	}
+	klog.FromContext(ctx).V(2).Info("Denied a write of the GPU allocation", "pod", klog.KRef(req.Namespace, req.Name),
+		"subresource", req.SubResource, "operation", req.Operation, "user", req.UserInfo.Username, "reason", d.Reason)
+	return &admissionv1.AdmissionResponse{
+		UID:     req.UID,
+		Allowed: false,
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusForbidden,
+			Reason:  metav1.StatusReasonForbidden,
+			Message: d.Message,
+		},
+	}, Outcome{DenyReason: d.Reason}
+}
+
+func decodeObject(raw []byte, into any) error {
+	if len(raw) == 0 {
+		return errors.New("request carries no object")
+	}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, into); err != nil {
+		return fmt.Errorf("decode object: %w", err)
+	}
+	return nil
+}
+
+// errorResponse refuses a request the webhook cannot judge. With failurePolicy Fail the
+// apiserver would refuse it anyway; answering keeps the reason readable for the user.
+func errorResponse(req *admissionv1.AdmissionRequest, code int32, err error) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{
+		UID:     req.UID,
+		Allowed: false,
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    code,
+			Reason:  metav1.StatusReasonBadRequest,
+			Message: err.Error(),
+		},
+	}
+}
+
+// fillNamespace sets the namespace that the object of a CREATE may omit.
+func fillNamespace(meta *metav1.ObjectMeta, req *admissionv1.AdmissionRequest) {
+	if meta.Namespace == "" {
+		meta.Namespace = req.Namespace
+	}
+	if meta.Name == "" && req.SubResource == "binding" {
+		meta.Name = req.Name
+	}
+}
+
+func podName(req *admissionv1.AdmissionRequest, pod *corev1.Pod) string {
+	if req.Name != "" {
+		return req.Name
+	}
+	if pod.Name != "" {
+		return pod.Name
+	}
+	return pod.GenerateName
+}
+
+func kindString(k metav1.GroupVersionKind) string {
+	return schema.GroupVersionKind(k).String()
+}
+
+func resourceString(r metav1.GroupVersionResource) string {
+	return schema.GroupVersionResource(r).String()
+}

@@ -1,0 +1,168 @@
+package webhook
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// EnvMode selects which environment variables the webhook points at the allocated GPU IDs.
+// docs/webhook.md explains which one is right for which node setup.
+type EnvMode string
+
+const (
+	// EnvModeCUDA sets CUDA_VISIBLE_DEVICES to the host GPU IDs. Right when the container sees
+	// all of the node's GPUs, numbered as on the host.
+	EnvModeCUDA EnvMode = "cuda"
+	// EnvModeNVIDIA sets NVIDIA_VISIBLE_DEVICES, so that the NVIDIA container runtime exposes
+	// only the allocated GPUs (renumbered from 0 inside the container).
+	EnvModeNVIDIA EnvMode = "nvidia"
+	// EnvModeBoth sets both variables to the host GPU IDs.
+	EnvModeBoth EnvMode = "both"
+)
+
+const (
+	// EnvCUDAVisibleDevices restricts which GPUs the CUDA runtime enumerates.
+	EnvCUDAVisibleDevices = "CUDA_VISIBLE_DEVICES"
+	// EnvNVIDIAVisibleDevices tells the NVIDIA container runtime which GPUs to expose.
+	EnvNVIDIAVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+)
+
+// ParseEnvMode parses the value of --visible-devices-env.
+func ParseEnvMode(s string) (EnvMode, error) {
+	switch m := EnvMode(s); m {
+	case EnvModeCUDA, EnvModeNVIDIA, EnvModeBoth:
+		return m, nil
+	}
+	return "", fmt.Errorf("visible devices env %q is not one of %s, %s, %s", s, EnvModeCUDA, EnvModeNVIDIA, EnvModeBoth)
+}
+
+// Names returns the variables the mode sets, in the order they are injected.
+func (m EnvMode) Names() []string {
+	switch m {
+	case EnvModeNVIDIA:
+		return []string{EnvNVIDIAVisibleDevices}
+	case EnvModeBoth:
+		return []string{EnvCUDAVisibleDevices, EnvNVIDIAVisibleDevices}
+	default:
+		return []string{EnvCUDAVisibleDevices}
+	}
+}
+
+// GPUIDsFieldPath is the Downward API field path of the annotation the scheduler fills with
+// the allocated GPU IDs when it binds the pod. An absent annotation resolves to "", which
+// CUDA and the NVIDIA runtime both read as "no GPU": a pod bound without an allocation sees none.
+var GPUIDsFieldPath = fmt.Sprintf("metadata.annotations['%s']", gpuv1.AnnotationGPUIDs)
+
+// visibleDevicesEnv is the variable name pointed at the allocation through the Downward API.
+// APIVersion is set explicitly: the apiserver would default it to "v1", and a stored pod that
+// differs from what the webhook would inject must not look "not yet mutated" on reinvocation.
+func visibleDevicesEnv(name string) corev1.EnvVar {
+	return corev1.EnvVar{
+		Name: name,
+		ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: GPUIDsFieldPath},
+		},
+	}
+}
+
+// WantsGPUs reports whether the webhook mutates the pod: it names a GpuClaim or asks for the
+// gpu-scheduler. Pods of the gpu-scheduler without a claim get the variables too; they resolve
+// to "" (no GPU) because the scheduler allocates nothing for them.
+func WantsGPUs(pod *corev1.Pod) bool {
+	if _, ok := pod.Annotations[gpuv1.AnnotationClaim]; ok {
+		return true
+	}
+	return pod.Spec.SchedulerName == gpuv1.SchedulerName
+}
+
+// Mutation is what the webhook does to one pod.
+type Mutation struct {
+	// Patch is empty when the pod needs no change (not a GPU pod, or already mutated).
+	Patch []PatchOp
+	// Warnings tell the user about values of theirs that were replaced.
+	Warnings []string
+}
+
+// MutatePod computes the JSON patch that points every container's visible-devices variables at
+// the allocation. It is idempotent: a pod it already mutated yields an empty patch, which is what
+// makes reinvocation (for containers added by later webhooks) safe.
+func MutatePod(pod *corev1.Pod, mode EnvMode) Mutation {
+	var m Mutation
+	if !WantsGPUs(pod) {
+		return m
+	}
+	want := make([]corev1.EnvVar, 0, 2)
+	for _, name := range mode.Names() {
+		want = append(want, visibleDevicesEnv(name))
+	}
+	for i := range pod.Spec.InitContainers {
+		m.container("initContainers", i, pod.Spec.InitContainers[i].Env, want)
+	}
+	for i := range pod.Spec.Containers {
+		m.container("containers", i, pod.Spec.Containers[i].Env, want)
+	}
+	return m
+}
+
+// container adds the operations for one container's env list. Three cases, chosen so that the
+// common ones produce the smallest patch and no case loses or reorders the user's variables:
+//   - no env list (or an empty one): add the whole list;
+//   - none of our variables yet: insert ours at the front (a user variable may reference
+//     $(CUDA_VISIBLE_DEVICES), and the kubelet expands only variables defined earlier);
+//   - a user-set or duplicated variable of ours: replace the list with ours first and the user's
+//     other variables after, in their order, and warn about each value replaced.
+func (m *Mutation) container(field string, i int, env []corev1.EnvVar, want []corev1.EnvVar) {
+	envPath := Pointer("spec", field, index(i), "env")
+	if len(env) == 0 {
+		m.Patch = append(m.Patch, PatchOp{Op: "add", Path: envPath, Value: want})
+		return
+	}
+	managed := make(map[string]corev1.EnvVar, len(want))
+	for _, w := range want {
+		managed[w.Name] = w
+	}
+	seen := make(map[string]int, len(want))
+	foreign := false
+	for j, e := range env {
+		w, ok := managed[e.Name]
+		if !ok {
+			continue
+		}
+		seen[e.Name]++
+		if !equality.Semantic.DeepEqual(e, w) {
+			foreign = true
+			m.Warnings = append(m.Warnings, fmt.Sprintf("spec.%s[%d].env[%d]: %s set in the pod was replaced by the GPUs the gpu-scheduler allocates",
+				field, i, j, e.Name))
+		}
+	}
+	if !foreign {
+		done := true
+		for _, w := range want {
+			if seen[w.Name] != 1 {
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+	}
+	if len(seen) == 0 {
+		// Inserting at index 0 in reverse order leaves ours at the front in their order.
+		for k := len(want) - 1; k >= 0; k-- {
+			m.Patch = append(m.Patch, PatchOp{Op: "add", Path: envPath + "/0", Value: want[k]})
+		}
+		return
+	}
+	merged := make([]corev1.EnvVar, 0, len(env)+len(want))
+	merged = append(merged, want...)
+	for _, e := range env {
+		if _, ok := managed[e.Name]; !ok {
+			merged = append(merged, e)
+		}
+	}
+	m.Patch = append(m.Patch, PatchOp{Op: "replace", Path: envPath, Value: merged})
+}

@@ -1,0 +1,285 @@
+package webhook
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+var (
+	cudaRef   = visibleDevicesEnv(EnvCUDAVisibleDevices)
+	nvidiaRef = visibleDevicesEnv(EnvNVIDIAVisibleDevices)
+)
+
+func env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
+
+// gpuPod returns a pod that names a claim, with containers of the given env lists.
+func gpuPod(containers ...[]corev1.EnvVar) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml", Annotations: map[string]string{gpuv1.AnnotationClaim: "two-gpus"}},
+	}
+	for i, e := range containers {
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "c" + string(rune('0'+i)), Image: "cuda", Env: e})
+	}
+	return pod
+}
+
+// applyPatch applies ops the way the apiserver does (same JSON patch library) and returns the
+// resulting pod.
+func applyPatch(t testing.TB, pod *corev1.Pod, ops []PatchOp) *corev1.Pod {
+	t.Helper()
+	if len(ops) == 0 {
+		return pod.DeepCopy()
+	}
+	doc, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatalf("marshal pod: %v", err)
+	}
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatalf("marshal patch: %v", err)
+	}
+	patch, err := jsonpatch.DecodePatch(raw)
+	if err != nil {
+		t.Fatalf("decode patch %s: %v", raw, err)
+	}
+	out, err := patch.Apply(doc)
+	if err != nil {
+		t.Fatalf("apply patch %s: %v", raw, err)
+	}
+	got := &corev1.Pod{}
+	if err := json.Unmarshal(out, got); err != nil {
+		t.Fatalf("unmarshal patched pod: %v", err)
+	}
+	return got
+}
+
+func TestMutatePod(t *testing.T) {
+	user := env("EPOCHS", "3")
+	userDep := env("LOG", "$(CUDA_VISIBLE_DEVICES)")
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		mode EnvMode
+		// wantPatch is the exact patch; nil means "no patch".
+		wantPatch []PatchOp
+		// wantEnv is each container's env after the patch (containers, then init containers).
+		wantEnv, wantInitEnv [][]corev1.EnvVar
+		wantWarnings         []string
+	}{
+		{
+			name:      "one container without env gets the whole list",
+			pod:       gpuPod(nil),
+			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}}},
+			wantEnv:   [][]corev1.EnvVar{{cudaRef}},
+		},
+		{
+			name:      "an empty env list is replaced by add",
+			pod:       gpuPod([]corev1.EnvVar{}),
+			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}}},
+			wantEnv:   [][]corev1.EnvVar{{cudaRef}},
+		},
+		{
+			name: "several containers each get it",
+			pod:  gpuPod(nil, []corev1.EnvVar{user}, nil),
+			wantPatch: []PatchOp{
+				{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}},
+				{Op: "add", Path: "/spec/containers/1/env/0", Value: cudaRef},
+				{Op: "add", Path: "/spec/containers/2/env", Value: []corev1.EnvVar{cudaRef}},
+			},
+			wantEnv: [][]corev1.EnvVar{{cudaRef}, {cudaRef, user}, {cudaRef}},
+		},
+		{
+			name: "init containers too, before the containers",
+			pod: func() *corev1.Pod {
+				p := gpuPod(nil)
+				p.Spec.InitContainers = []corev1.Container{{Name: "fetch"}, {Name: "warm", Env: []corev1.EnvVar{user}}}
+				return p
+			}(),
+			wantPatch: []PatchOp{
+				{Op: "add", Path: "/spec/initContainers/0/env", Value: []corev1.EnvVar{cudaRef}},
+				{Op: "add", Path: "/spec/initContainers/1/env/0", Value: cudaRef},
+				{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}},
+			},
+			wantInitEnv: [][]corev1.EnvVar{{cudaRef}, {cudaRef, user}},
+			wantEnv:     [][]corev1.EnvVar{{cudaRef}},
+		},
+		{
+			name:      "existing env keeps its variables, ours go first so $(CUDA_VISIBLE_DEVICES) expands",
+			pod:       gpuPod([]corev1.EnvVar{user, userDep}),
+			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env/0", Value: cudaRef}},
+			wantEnv:   [][]corev1.EnvVar{{cudaRef, user, userDep}},
+		},
+		{
+			name:         "a user-set CUDA_VISIBLE_DEVICES is replaced with a warning",
+			pod:          gpuPod([]corev1.EnvVar{user, env(EnvCUDAVisibleDevices, "0,1,2,3,4,5,6,7"), userDep}),
+			wantPatch:    []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef, user, userDep}}},
+			wantEnv:      [][]corev1.EnvVar{{cudaRef, user, userDep}},
+			wantWarnings: []string{"spec.containers[0].env[1]: CUDA_VISIBLE_DEVICES set in the pod was replaced by the GPUs the gpu-scheduler allocates"},
+		},
+		{
+			name: "a user-set valueFrom is replaced too, and each copy is warned about",
+			pod: gpuPod([]corev1.EnvVar{
+				{Name: EnvCUDAVisibleDevices, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['mine']"}}},
+				env(EnvCUDAVisibleDevices, "3"),
+			}),
+			wantPatch: []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}}},
+			wantEnv:   [][]corev1.EnvVar{{cudaRef}},
+			wantWarnings: []string{
+				"spec.containers[0].env[0]: CUDA_VISIBLE_DEVICES set in the pod was replaced by the GPUs the gpu-scheduler allocates",
+				"spec.containers[0].env[1]: CUDA_VISIBLE_DEVICES set in the pod was replaced by the GPUs the gpu-scheduler allocates",
+			},
+		},
+		{
+			name:      "a duplicate of our own variable is collapsed without a warning",
+			pod:       gpuPod([]corev1.EnvVar{cudaRef, user, cudaRef}),
+			wantPatch: []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef, user}}},
+			wantEnv:   [][]corev1.EnvVar{{cudaRef, user}},
+		},
+		{
+			name: "already mutated: no patch, wherever a later webhook moved our variable",
+			pod:  gpuPod([]corev1.EnvVar{cudaRef, user}, []corev1.EnvVar{user, cudaRef}),
+		},
+		{
+			name: "a pod without a claim or our scheduler is untouched",
+			pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ml"},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "nginx", Env: []corev1.EnvVar{env(EnvCUDAVisibleDevices, "0")}}}},
+			},
+		},
+		{
+			name: "a pod of our scheduler without a claim gets it (it resolves to no GPU)",
+			pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "cpu", Namespace: "ml"},
+				Spec:       corev1.PodSpec{SchedulerName: gpuv1.SchedulerName, Containers: []corev1.Container{{Name: "c"}}},
+			},
+			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}}},
+			wantEnv:   [][]corev1.EnvVar{{cudaRef}},
+		},
+		{
+			name:      "nvidia mode sets NVIDIA_VISIBLE_DEVICES and leaves the user's CUDA_VISIBLE_DEVICES alone",
+			mode:      EnvModeNVIDIA,
+			pod:       gpuPod([]corev1.EnvVar{env(EnvCUDAVisibleDevices, "0")}),
+			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env/0", Value: nvidiaRef}},
+			wantEnv:   [][]corev1.EnvVar{{nvidiaRef, env(EnvCUDAVisibleDevices, "0")}},
+		},
+		{
+			name:         "nvidia mode replaces a user-set NVIDIA_VISIBLE_DEVICES=all",
+			mode:         EnvModeNVIDIA,
+			pod:          gpuPod([]corev1.EnvVar{env(EnvNVIDIAVisibleDevices, "all")}),
+			wantPatch:    []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{nvidiaRef}}},
+			wantEnv:      [][]corev1.EnvVar{{nvidiaRef}},
+			wantWarnings: []string{"spec.containers[0].env[0]: NVIDIA_VISIBLE_DEVICES set in the pod was replaced by the GPUs the gpu-scheduler allocates"},
+		},
+		{
+			name: "both mode adds both, CUDA first",
+			mode: EnvModeBoth,
+			pod:  gpuPod(nil, []corev1.EnvVar{user}),
+			wantPatch: []PatchOp{
+				{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef, nvidiaRef}},
+				{Op: "add", Path: "/spec/containers/1/env/0", Value: nvidiaRef},
+				{Op: "add", Path: "/spec/containers/1/env/0", Value: cudaRef},
+			},
+			wantEnv: [][]corev1.EnvVar{{cudaRef, nvidiaRef}, {cudaRef, nvidiaRef, user}},
+		},
+		{
+			name:      "switching from cuda to both adds the missing one",
+			mode:      EnvModeBoth,
+			pod:       gpuPod([]corev1.EnvVar{cudaRef, user}),
+			wantPatch: []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef, nvidiaRef, user}}},
+			wantEnv:   [][]corev1.EnvVar{{cudaRef, nvidiaRef, user}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mode := tc.mode
+			if mode == "" {
+				mode = EnvModeCUDA
+			}
+			before := tc.pod.DeepCopy()
+			m := MutatePod(tc.pod, mode)
+			if diff := cmp.Diff(before, tc.pod); diff != "" {
+				t.Fatalf("MutatePod changed its input (-before +after):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantPatch, m.Patch); diff != "" {
+				t.Errorf("patch (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantWarnings, m.Warnings); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+			got := applyPatch(t, tc.pod, m.Patch)
+			if tc.wantPatch != nil {
+				if diff := cmp.Diff(tc.wantEnv, envs(got.Spec.Containers)); diff != "" {
+					t.Errorf("containers' env after the patch (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(tc.wantInitEnv, envs(got.Spec.InitContainers)); diff != "" {
+					t.Errorf("init containers' env after the patch (-want +got):\n%s", diff)
+				}
+			}
+			// Idempotent: the patched pod needs nothing more (this is what reinvocation sees).
+			if again := MutatePod(got, mode); len(again.Patch) != 0 || len(again.Warnings) != 0 {
+				t.Errorf("second run on the patched pod: patch %+v, warnings %q; want none", again.Patch, again.Warnings)
+			}
+		})
+	}
+}
+
+func envs(cs []corev1.Container) [][]corev1.EnvVar {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([][]corev1.EnvVar, len(cs))
+	for i, c := range cs {
+		out[i] = c.Env
+	}
+	return out
+}
+
+func TestMutatePodPatchJSON(t *testing.T) {
+	// The exact bytes the apiserver receives for the common case.
+	m := MutatePod(gpuPod(nil, []corev1.EnvVar{env("A", "1")}), EnvModeCUDA)
+	got, err := json.Marshal(m.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"op":"add","path":"/spec/containers/0/env","value":[{"name":"CUDA_VISIBLE_DEVICES","valueFrom":{"fieldRef":{"apiVersion":"v1","fieldPath":"metadata.annotations['gpu.scheduling/gpu-ids']"}}}]},` +
+		`{"op":"add","path":"/spec/containers/1/env/0","value":{"name":"CUDA_VISIBLE_DEVICES","valueFrom":{"fieldRef":{"apiVersion":"v1","fieldPath":"metadata.annotations['gpu.scheduling/gpu-ids']"}}}}]`
+	if string(got) != want {
+		t.Errorf("patch JSON:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestPointer(t *testing.T) {
+	tests := []struct {
+		tokens []string
+		want   string
+	}{
+		{[]string{"spec", "containers", "0", "env"}, "/spec/containers/0/env"},
+		{[]string{"metadata", "annotations", gpuv1.AnnotationGPUIDs}, "/metadata/annotations/gpu.scheduling~1gpu-ids"},
+		{[]string{"a~b/c"}, "/a~0b~1c"},
+		{[]string{"~1"}, "/~01"},
+		{nil, ""},
+	}
+	for _, tc := range tests {
+		if got := Pointer(tc.tokens...); got != tc.want {
+			t.Errorf("Pointer(%q) = %q, want %q", tc.tokens, got, tc.want)
+		}
+	}
+}
+
+func TestParseEnvMode(t *testing.T) {
+	for _, s := range []string{"cuda", "nvidia", "both"} {
+		if m, err := ParseEnvMode(s); err != nil || string(m) != s {
+			t.Errorf("ParseEnvMode(%q) = %q, %v", s, m, err)
+		}
+	}
+	if _, err := ParseEnvMode("CUDA"); err == nil || err.Error() != `visible devices env "CUDA" is not one of cuda, nvidia, both` {
+		t.Errorf("ParseEnvMode(CUDA) error = %v", err)
+	}
+}
