@@ -1,0 +1,136 @@
+package gpuclaim
+
+import (
+	"bytes"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// Args configures the plugin (pluginConfig[].args of the KubeSchedulerConfiguration, with
+// kind GpuClaimPluginArgs).
+type Args struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// LeaseNamespace holds every GPU Lease; a lock split across namespaces is no lock.
+	// Default "gpu-scheduler".
+	LeaseNamespace *string `json:"leaseNamespace,omitempty"`
+	// NodeStrategy ranks nodes: binpack (default), spread or least-utilized.
+	NodeStrategy *string `json:"nodeStrategy,omitempty"`
+	// StatusFreshnessSeconds is how old a GpuNodeStatus heartbeat may be before the node is
+	// no longer trusted. Default 600.
+	StatusFreshnessSeconds *int32 `json:"statusFreshnessSeconds,omitempty"`
+	// OrphanLeaseGraceSeconds is how long a lease whose pod this scheduler cannot see is kept
+	// before it is collected, so that a lease another scheduler just created for a pod not yet
+	// in this scheduler's cache is never taken away. Default 120.
+	OrphanLeaseGraceSeconds *int32 `json:"orphanLeaseGraceSeconds,omitempty"`
+	// RecordReservedPhase writes the claim's Reserved phase once its leases are held, before
+	// binding (one API write per pod). Default true.
+	RecordReservedPhase *bool `json:"recordReservedPhase,omitempty"`
+}
+
+// ArgsKind is the kind of the plugin's args.
+const ArgsKind = "GpuClaimPluginArgs"
+
+// SetDefaultsArgs fills unset fields. Each default is a fresh value, never a shared pointer.
+func SetDefaultsArgs(a *Args) {
+	if a.LeaseNamespace == nil {
+		a.LeaseNamespace = ptr.To("gpu-scheduler")
+	}
+	if a.NodeStrategy == nil {
+		a.NodeStrategy = ptr.To(string(allocator.Binpack))
+	}
+	if a.StatusFreshnessSeconds == nil {
+		a.StatusFreshnessSeconds = ptr.To[int32](600)
+	}
+	if a.OrphanLeaseGraceSeconds == nil {
+		a.OrphanLeaseGraceSeconds = ptr.To[int32](120)
+	}
+	if a.RecordReservedPhase == nil {
+		a.RecordReservedPhase = ptr.To(true)
+	}
+}
+
+// ValidateArgs checks defaulted args.
+func ValidateArgs(path *field.Path, a *Args) error {
+	var errs field.ErrorList
+	if a.LeaseNamespace == nil || *a.LeaseNamespace == "" {
+		errs = append(errs, field.Required(path.Child("leaseNamespace"), "GPU leases need a namespace"))
+	} else if msgs := validation.IsDNS1123Label(*a.LeaseNamespace); len(msgs) > 0 {
+		for _, m := range msgs {
+			errs = append(errs, field.Invalid(path.Child("leaseNamespace"), *a.LeaseNamespace, m))
+		}
+	}
+	if a.NodeStrategy == nil {
+		errs = append(errs, field.Required(path.Child("nodeStrategy"), ""))
+	} else if _, err := allocator.ParseStrategy(*a.NodeStrategy); err != nil {
+		errs = append(errs, field.NotSupported(path.Child("nodeStrategy"), *a.NodeStrategy,
+			[]string{string(allocator.Binpack), string(allocator.SpreadNodes), string(allocator.LeastUtilized)}))
+	}
+	if a.StatusFreshnessSeconds == nil || *a.StatusFreshnessSeconds < 1 {
+		errs = append(errs, field.Invalid(path.Child("statusFreshnessSeconds"), ptr.Deref(a.StatusFreshnessSeconds, 0), "must be at least 1"))
+	}
+	if a.OrphanLeaseGraceSeconds == nil || *a.OrphanLeaseGraceSeconds < 0 {
+		errs = append(errs, field.Invalid(path.Child("orphanLeaseGraceSeconds"), ptr.Deref(a.OrphanLeaseGraceSeconds, -1), "must not be negative"))
+	}
+	return errs.ToAggregate()
+}
+
+// decodeArgs reads the plugin's args: nil (all defaults), our own type, or the raw
+// runtime.Unknown the scheduler hands to out-of-tree plugins. Unknown fields are an error, so a
+// typo in the configuration is reported instead of silently ignored.
+func decodeArgs(obj runtime.Object) (*Args, error) {
+	a := &Args{}
+	switch o := obj.(type) {
+	case nil:
+	case *Args:
+		a = o.DeepCopy()
+	case *runtime.Unknown:
+		if len(bytes.TrimSpace(o.Raw)) > 0 {
+			if err := yaml.UnmarshalStrict(o.Raw, a); err != nil {
+				return nil, fmt.Errorf("decoding %s args: %w", Name, err)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%s args: want %s, got %T", Name, ArgsKind, obj)
+	}
+	if a.Kind != "" && a.Kind != ArgsKind {
+		return nil, fmt.Errorf("%s args: kind %q, want %q", Name, a.Kind, ArgsKind)
+	}
+	SetDefaultsArgs(a)
+	if err := ValidateArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), a); err != nil {
+		return nil, fmt.Errorf("invalid %s args: %w", Name, err)
+	}
+	return a, nil
+}
+
+// DeepCopy copies the args.
+func (a *Args) DeepCopy() *Args {
+	out := &Args{TypeMeta: a.TypeMeta}
+	if a.LeaseNamespace != nil {
+		out.LeaseNamespace = ptr.To(*a.LeaseNamespace)
+	}
+	if a.NodeStrategy != nil {
+		out.NodeStrategy = ptr.To(*a.NodeStrategy)
+	}
+	if a.StatusFreshnessSeconds != nil {
+		out.StatusFreshnessSeconds = ptr.To(*a.StatusFreshnessSeconds)
+	}
+	if a.OrphanLeaseGraceSeconds != nil {
+		out.OrphanLeaseGraceSeconds = ptr.To(*a.OrphanLeaseGraceSeconds)
+	}
+	if a.RecordReservedPhase != nil {
+		out.RecordReservedPhase = ptr.To(*a.RecordReservedPhase)
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (a *Args) DeepCopyObject() runtime.Object { return a.DeepCopy() }

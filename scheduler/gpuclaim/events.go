@@ -1,0 +1,182 @@
+package gpuclaim
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// Custom resources are registered as <plural>.<version>.<group>; any other spelling is only
+// logged by the scheduler and silently never fires.
+const (
+	gpuNodeStatusResource fwk.EventResource = "gpunodestatuses.v1." + apiv1.GroupName
+	gpuClaimResource      fwk.EventResource = "gpuclaims.v1." + apiv1.GroupName
+)
+
+// EventsToRegister lists the events that can make a pod this plugin rejected schedulable,
+// each with a hint that filters out the events that cannot.
+func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		// A pod that held GPUs went away (deleted, or finished: the scheduler's informer drops
+		// finished pods, which arrives as a delete).
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.isSchedulableAfterPodDeleted},
+		// A node appeared or gained the labels the claim selects on.
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel}, QueueingHintFn: p.isSchedulableAfterNodeChange},
+		// An agent reported GPUs: new, recovered, freed, or fresh again.
+		{Event: fwk.ClusterEvent{Resource: gpuNodeStatusResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.isSchedulableAfterNodeStatusChange},
+		// The pod's claim was created, changed, or released by its previous pod.
+		{Event: fwk.ClusterEvent{Resource: gpuClaimResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.isSchedulableAfterClaimChange},
+	}, nil
+}
+
+func (p *Plugin) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	deleted, ok := oldObj.(*v1.Pod)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected object %T for a pod delete event", oldObj)
+	}
+	if _, held := deleted.Annotations[apiv1.AnnotationAllocated]; held {
+		logger.V(5).Info("A pod holding GPUs went away", "pod", klog.KObj(pod), "deletedPod", klog.KObj(deleted))
+		return fwk.Queue, nil
+	}
+	if _, named := claimName(deleted); named && deleted.Spec.NodeName != "" {
+		return fwk.Queue, nil
+	}
+	// A pending pod naming the same claim went away: the claim may be free now.
+	if a, ok := claimName(deleted); ok && deleted.Namespace == pod.Namespace {
+		if b, ok := claimName(pod); ok && a == b {
+			return fwk.Queue, nil
+		}
+	}
+	return fwk.QueueSkip, nil
+}
+
+func (p *Plugin) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	node, ok := newObj.(*v1.Node)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected object %T for a node event", newObj)
+	}
+	name, ok := claimName(pod)
+	if !ok {
+		return fwk.QueueSkip, nil
+	}
+	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
+	if err != nil {
+		return fwk.Queue, nil // let PreFilter say what is wrong
+	}
+	if !selectorMatches(claim, node) {
+		return fwk.QueueSkip, nil
+	}
+	if old, ok := oldObj.(*v1.Node); ok && selectorMatches(claim, old) {
+		return fwk.QueueSkip, nil // matched before: labels that matter did not change
+	}
+	logger.V(5).Info("A node now matches the claim's selector", "pod", klog.KObj(pod), "node", klog.KObj(node))
+	return fwk.Queue, nil
+}
+
+func (p *Plugin) isSchedulableAfterNodeStatusChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	newS, err := asNodeStatus(newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if oldObj == nil {
+		return fwk.Queue, nil
+	}
+	oldS, err := asNodeStatus(oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if newS.Status.Free > oldS.Status.Free || newS.Status.Healthy > oldS.Status.Healthy || newS.Status.Total > oldS.Status.Total {
+		return fwk.Queue, nil
+	}
+	if gainedHealthy(oldS, newS) || islandsOf(newS) != islandsOf(oldS) {
+		return fwk.Queue, nil
+	}
+	if newS.Status.LastHeartbeatTime.After(oldS.Status.LastHeartbeatTime.Time) &&
+		oldS.Status.LastHeartbeatTime.Time.Before(p.clock.Now().Add(-p.freshness)) {
+		return fwk.Queue, nil // a stale node is fresh again
+	}
+	return fwk.QueueSkip, nil
+}
+
+func (p *Plugin) isSchedulableAfterClaimChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	newC, err := asClaim(newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	name, ok := claimName(pod)
+	if !ok || newC.Namespace != pod.Namespace || newC.Name != name {
+		return fwk.QueueSkip, nil
+	}
+	if oldObj == nil {
+		return fwk.Queue, nil
+	}
+	oldC, err := asClaim(oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if newC.Generation != oldC.Generation || newC.Status.PodUID != oldC.Status.PodUID {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+// asNodeStatus accepts the typed object or the unstructured one the scheduler's dynamic
+// informer delivers for custom resources.
+func asNodeStatus(obj any) (*apiv1.GpuNodeStatus, error) {
+	switch o := obj.(type) {
+	case *apiv1.GpuNodeStatus:
+		return o, nil
+	case *unstructured.Unstructured:
+		out := &apiv1.GpuNodeStatus{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.UnstructuredContent(), out); err != nil {
+			return nil, fmt.Errorf("converting %s to GpuNodeStatus: %w", o.GetName(), err)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unexpected object %T for a GpuNodeStatus event", obj)
+}
+
+func asClaim(obj any) (*apiv1.GpuClaim, error) {
+	switch o := obj.(type) {
+	case *apiv1.GpuClaim:
+		return o, nil
+	case *unstructured.Unstructured:
+		out := &apiv1.GpuClaim{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.UnstructuredContent(), out); err != nil {
+			return nil, fmt.Errorf("converting %s/%s to GpuClaim: %w", o.GetNamespace(), o.GetName(), err)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unexpected object %T for a GpuClaim event", obj)
+}
+
+// gainedHealthy reports whether a GPU is Healthy in next that was not in prev.
+func gainedHealthy(prev, next *apiv1.GpuNodeStatus) bool {
+	was := map[int32]bool{}
+	for _, d := range prev.Status.Devices {
+		if d.Health == apiv1.Healthy {
+			was[d.ID] = true
+		}
+	}
+	for _, d := range next.Status.Devices {
+		if d.Health == apiv1.Healthy && !was[d.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+func islandsOf(s *apiv1.GpuNodeStatus) string {
+	out := ""
+	for _, d := range s.Status.Devices {
+		out += fmt.Sprint(d.ID, "=", d.Island, "@", d.BandwidthGBps, ",")
+	}
+	return out
+}

@@ -1,0 +1,53 @@
+package gpuclaim
+
+import (
+	"context"
+	"errors"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// Filter reasons are short and shared across nodes, so the scheduler's summary of a pending
+// pod reads "3 node(s) had not enough healthy free GPUs" instead of one line per node.
+const (
+	reasonSelector = "node does not match the GpuClaim's selector"
+	reasonNoStatus = "node has no GpuNodeStatus"
+	reasonStale    = "node's GpuNodeStatus is stale"
+	reasonNoFit    = "not enough healthy free GPUs for the GpuClaim"
+)
+
+// Filter keeps nodes that match the claim's selector, have a fresh GpuNodeStatus, and can
+// serve the claim under its exclusivity and topology; it remembers the placement for Score.
+func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := ni.Node()
+	if node == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
+	}
+	if !selectorMatches(s.claim, node) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonSelector)
+	}
+	n, heartbeat := p.ledger.snapshot(node.Name)
+	if n == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNoStatus)
+	}
+	if heartbeat.Before(p.clock.Now().Add(-p.freshness)) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonStale)
+	}
+	res, err := allocator.Allocate(n, s.req)
+	var unfit *allocator.Unfit
+	if errors.As(err, &unfit) {
+		return fwk.NewStatus(fwk.Unschedulable, reasonNoFit)
+	}
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	s.setResult(node.Name, res)
+	return nil
+}

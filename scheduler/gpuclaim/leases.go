@@ -1,0 +1,222 @@
+package gpuclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/retry"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// holderIndex indexes GPU leases by the UIDs of the pods they name.
+const holderIndex = "gpu.scheduling/holder"
+
+// Annotations on a lease that name its pod even when the name is too long for a label.
+const (
+	annotationPodNamespace = apiv1.GroupName + "/pod-namespace"
+	annotationPodName      = apiv1.GroupName + "/pod-name"
+)
+
+// errLeaseConflict means another pod holds a GPU this attempt wanted: another scheduler won
+// the race, or this scheduler's view was stale. The pod is retried.
+var errLeaseConflict = errors.New("GPU lease held by another pod")
+
+// leaseRef is what a GPU lease says.
+type leaseRef struct {
+	node    string
+	gpu     int
+	holders []types.UID
+	shared  bool
+}
+
+// parseLease reads a GPU lease; ok is false for leases that are not ours or are malformed.
+func parseLease(l *coordinationv1.Lease) (leaseRef, bool) {
+	node := l.Labels[apiv1.LabelLeaseNode]
+	id, err := strconv.Atoi(l.Labels[apiv1.LabelLeaseGPU])
+	if node == "" || err != nil || id < 0 || l.Spec.HolderIdentity == nil {
+		return leaseRef{}, false
+	}
+	ref := leaseRef{node: node, gpu: id, shared: l.Labels[apiv1.LabelLeaseShared] == "true"}
+	for _, h := range strings.Split(*l.Spec.HolderIdentity, ",") {
+		if h != "" {
+			ref.holders = append(ref.holders, types.UID(h))
+		}
+	}
+	return ref, true
+}
+
+func leaseHolders(obj any) ([]string, error) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return nil, nil
+	}
+	ref, ok := parseLease(l)
+	if !ok {
+		return nil, nil
+	}
+	out := make([]string, len(ref.holders))
+	for i, h := range ref.holders {
+		out[i] = string(h)
+	}
+	return out, nil
+}
+
+func (p *Plugin) newLease(pod *v1.Pod, node string, id int, shared bool) (*coordinationv1.Lease, error) {
+	name, err := apiv1.LeaseName(node, id)
+	if err != nil {
+		return nil, err
+	}
+	now := metav1.NewMicroTime(p.clock.Now())
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: *p.args.LeaseNamespace,
+			Labels: map[string]string{
+				apiv1.LabelLeaseNode:    node,
+				apiv1.LabelLeaseGPU:     strconv.Itoa(id),
+				apiv1.LabelPodNamespace: pod.Namespace,
+			},
+			Annotations: map[string]string{
+				annotationPodNamespace: pod.Namespace,
+				annotationPodName:      pod.Name,
+			},
+		},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptrTo(string(pod.UID)),
+			AcquireTime:    &now,
+		},
+	}
+	if len(validation.IsValidLabelValue(node)) > 0 {
+		return nil, fmt.Errorf("node name %q cannot be a label value, so GPU leases cannot be listed by node", node)
+	}
+	if len(validation.IsValidLabelValue(pod.Name)) == 0 {
+		l.Labels[apiv1.LabelPodName] = pod.Name
+	}
+	if shared {
+		l.Labels[apiv1.LabelLeaseShared] = "true"
+	} else {
+		l.Labels[apiv1.LabelPodUID] = string(pod.UID)
+	}
+	return l, nil
+}
+
+// acquire locks the GPUs ids of node for pod, one lease per GPU. It returns the names of the
+// leases it created or joined, so that a failure can be rolled back. An Exclusive GPU is a
+// plain Create: AlreadyExists means someone else holds it. A Shared GPU is joined by updating
+// its lease with optimistic concurrency, and only while the lease is a shared one, so an
+// Exclusive and a Shared pod can never both hold it.
+func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []int, shared bool) ([]string, error) {
+	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
+	var taken []string
+	for _, id := range ids {
+		l, err := p.newLease(pod, node, id, shared)
+		if err != nil {
+			return taken, err
+		}
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			taken = append(taken, l.Name)
+			continue
+		case !apierrors.IsAlreadyExists(err):
+			return taken, fmt.Errorf("creating lease %s/%s: %w", l.Namespace, l.Name, err)
+		case !shared:
+			return taken, fmt.Errorf("GPU %d on node %s (lease %s): %w", id, node, l.Name, errLeaseConflict)
+		}
+		if err := p.joinShared(ctx, l.Name, node, id, pod.UID); err != nil {
+			return taken, err
+		}
+		taken = append(taken, l.Name)
+	}
+	return taken, nil
+}
+
+// joinShared adds a pod to an existing shared lease.
+func (p *Plugin) joinShared(ctx context.Context, name, node string, id int, uid types.UID) error {
+	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			// Released between our Create and Get: the GPU is free again, but rather than loop
+			// here, let the scheduler retry the pod.
+			return fmt.Errorf("GPU %d on node %s (lease %s) changed hands: %w", id, node, name, errLeaseConflict)
+		}
+		if err != nil {
+			return fmt.Errorf("reading lease %s: %w", name, err)
+		}
+		ref, ok := parseLease(cur)
+		if !ok || !ref.shared {
+			return fmt.Errorf("GPU %d on node %s (lease %s) is held exclusively: %w", id, node, name, errLeaseConflict)
+		}
+		for _, h := range ref.holders {
+			if h == uid {
+				return nil
+			}
+		}
+		holders := *cur.Spec.HolderIdentity + "," + string(uid)
+		cur = cur.DeepCopy()
+		cur.Spec.HolderIdentity = &holders
+		_, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// releaseLease frees a pod's hold on one lease: an exclusive lease is deleted (only if it
+// still names the pod), a shared one loses the pod and is deleted when nobody is left.
+// Releasing what is already gone succeeds, so release is idempotent.
+func (p *Plugin) releaseLease(ctx context.Context, name string, uid types.UID) error {
+	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading lease %s: %w", name, err)
+		}
+		ref, ok := parseLease(cur)
+		if !ok {
+			return nil
+		}
+		var rest []string
+		found := false
+		for _, h := range ref.holders {
+			if h == uid {
+				found = true
+			} else {
+				rest = append(rest, string(h))
+			}
+		}
+		if !found {
+			return nil
+		}
+		if len(rest) == 0 {
+			// The precondition makes sure we delete the lease we read, not one a new holder
+			// created since.
+			err := leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
+				UID: &cur.UID, ResourceVersion: &cur.ResourceVersion,
+			}})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		holders := strings.Join(rest, ",")
+		cur = cur.DeepCopy()
+		cur.Spec.HolderIdentity = &holders
+		_, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,442 @@
+package gpuclaim
+
+import (
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// source says why the plugin believes a pod holds a GPU. A hold lives while any source does.
+type source uint8
+
+const (
+	// fromReservation: this scheduler reserved the GPU in the scheduling cycle.
+	fromReservation source = 1 << iota
+	// fromLease: a Lease gpu-{node}-{id} names the pod (ours or another scheduler's).
+	fromLease
+	// fromPod: a live pod carries the allocation annotation.
+	fromPod
+)
+
+type hold struct {
+	sources source
+	shared  bool
+}
+
+type gpuRef struct {
+	node string
+	id   int
+}
+
+// nodeEntry is what the plugin knows of one node's GPUs.
+type nodeEntry struct {
+	// base is the hardware as the agent reports it, without holders; nil until a
+	// GpuNodeStatus is seen.
+	base      *allocator.Node
+	heartbeat time.Time
+	// holds maps GPU ID -> pod UID -> hold.
+	holds map[int]map[types.UID]*hold
+	// sum is recomputed on every change of base or holds, so that PreFilter can scan
+	// thousands of nodes without building an allocator view of each.
+	sum nodeSummary
+}
+
+// islandSummary lists the bandwidths of an island's GPUs that an Exclusive request (free) or a
+// Shared request (shareable) could take.
+type islandSummary struct {
+	free, shareable []int
+}
+
+type nodeSummary struct {
+	islands []islandSummary
+}
+
+// recompute refreshes e.sum from e.base and e.holds.
+func (e *nodeEntry) recompute() {
+	e.sum.islands = e.sum.islands[:0]
+	if e.base == nil {
+		return
+	}
+	idx := map[string]int{}
+	for i := range e.base.GPUs {
+		g := &e.base.GPUs[i]
+		key := g.Island
+		if key == "" {
+			key = "\x00" + strconv.Itoa(g.ID)
+		}
+		j, ok := idx[key]
+		if !ok {
+			j = len(e.sum.islands)
+			idx[key] = j
+			e.sum.islands = append(e.sum.islands, islandSummary{})
+		}
+		if g.Health != allocator.Healthy {
+			continue
+		}
+		exclusive, shared := false, false
+		for _, h := range e.holds[g.ID] {
+			if h.shared {
+				shared = true
+			} else {
+				exclusive = true
+			}
+		}
+		if exclusive {
+			continue
+		}
+		e.sum.islands[j].shareable = append(e.sum.islands[j].shareable, g.BandwidthGBps)
+		if !shared {
+			e.sum.islands[j].free = append(e.sum.islands[j].free, g.BandwidthGBps)
+		}
+	}
+}
+
+// fit is how well a node can serve a request, judged from its summary alone.
+type fit uint8
+
+const (
+	fitNone fit = iota
+	// fitNode: enough eligible GPUs, but no single island holds them.
+	fitNode
+	// fitIsland: one island holds enough eligible GPUs.
+	fitIsland
+	// fitIslandBandwidth: one island holds enough eligible GPUs at the bandwidth asked for.
+	fitIslandBandwidth
+)
+
+// fits judges a node for a request. It agrees with allocator.Allocate on whether the node can
+// serve the request at all; the tiers above fitNode only say how well.
+func (s *nodeSummary) fits(req *allocator.Request) fit {
+	total, best, bestBW := 0, 0, 0
+	for i := range s.islands {
+		bws := s.islands[i].free
+		if req.Exclusivity == allocator.Shared {
+			bws = s.islands[i].shareable
+		}
+		n, atBW := 0, 0
+		for _, bw := range bws {
+			if bw >= req.MinBandwidthGBps {
+				atBW++
+			}
+			n++
+		}
+		if req.Topology == allocator.Required {
+			n = atBW
+		}
+		total += n
+		best = max(best, n)
+		bestBW = max(bestBW, atBW)
+	}
+	switch {
+	case req.Topology == allocator.Required:
+		if best >= req.Count {
+			return fitIslandBandwidth
+		}
+		return fitNone
+	case total < req.Count:
+		return fitNone
+	case bestBW >= req.Count:
+		return fitIslandBandwidth
+	case best >= req.Count:
+		return fitIsland
+	default:
+		return fitNode
+	}
+}
+
+// ledger is the plugin's in-memory view: the agents' GpuNodeStatus per node plus a ledger of
+// who holds which GPU. Reserve writes it without any API call, so the scheduling cycle never
+// waits on the API server; leases observed from every scheduler keep it true across processes.
+type ledger struct {
+	mu    sync.RWMutex
+	nodes map[string]*nodeEntry
+	// byPod finds a pod's holds for release.
+	byPod map[types.UID]map[gpuRef]bool
+	// claims maps "namespace/name" of a claim to the UID of the pod this scheduler has
+	// reserved it for, until the claim's status records the holder.
+	claims map[string]types.UID
+}
+
+func newLedger() *ledger {
+	return &ledger{
+		nodes:  map[string]*nodeEntry{},
+		byPod:  map[types.UID]map[gpuRef]bool{},
+		claims: map[string]types.UID{},
+	}
+}
+
+func (c *ledger) entry(node string) *nodeEntry {
+	e := c.nodes[node]
+	if e == nil {
+		e = &nodeEntry{holds: map[int]map[types.UID]*hold{}}
+		c.nodes[node] = e
+	}
+	return e
+}
+
+// setStatus records the hardware of a node from its GpuNodeStatus.
+func (c *ledger) setStatus(gns *apiv1.GpuNodeStatus) {
+	n := nodeFromStatus(gns)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(nodeNameOf(gns))
+	e.base = n
+	e.heartbeat = gns.Status.LastHeartbeatTime.Time
+	e.recompute()
+}
+
+// deleteStatus forgets a node's hardware; its holds stay until their pods go.
+func (c *ledger) deleteStatus(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.nodes[node]; e != nil {
+		e.base = nil
+		e.recompute()
+		if len(e.holds) == 0 {
+			delete(c.nodes, node)
+		}
+	}
+}
+
+// nodeNameOf is the node a GpuNodeStatus describes: spec.nodeName, or its own name.
+func nodeNameOf(gns *apiv1.GpuNodeStatus) string {
+	if gns.Spec.NodeName != "" {
+		return gns.Spec.NodeName
+	}
+	return gns.Name
+}
+
+// nodeFromStatus converts the agent's report into the allocator's model. Devices with
+// duplicate or negative IDs are dropped (the first wins) so that bad data cannot confuse
+// the allocator; they are simply never offered.
+func nodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
+	n := &allocator.Node{Name: nodeNameOf(gns), GPUs: make([]allocator.GPU, 0, len(gns.Status.Devices))}
+	seen := map[int32]bool{}
+	for _, d := range gns.Status.Devices {
+		if d.ID < 0 || seen[d.ID] {
+			continue
+		}
+		seen[d.ID] = true
+		g := allocator.GPU{
+			ID:                 int(d.ID),
+			Island:             d.Island,
+			BandwidthGBps:      int(d.BandwidthGBps),
+			UtilizationPercent: -1,
+		}
+		switch d.Health {
+		case apiv1.Healthy:
+			g.Health = allocator.Healthy
+		case apiv1.Unhealthy:
+			g.Health = allocator.Unhealthy
+		default:
+			g.Health = allocator.Unknown
+		}
+		if d.UtilizationPercent != nil {
+			g.UtilizationPercent = int(*d.UtilizationPercent)
+		}
+		n.GPUs = append(n.GPUs, g)
+	}
+	n.SortGPUs()
+	return n
+}
+
+// snapshot returns the allocator's view of a node with every hold applied, or nil when no
+// GpuNodeStatus has been seen for it.
+func (c *ledger) snapshot(node string) (*allocator.Node, time.Time) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.snapshotLocked(node)
+}
+
+func (c *ledger) snapshotLocked(node string) (*allocator.Node, time.Time) {
+	e := c.nodes[node]
+	if e == nil || e.base == nil {
+		return nil, time.Time{}
+	}
+	n := e.base.Clone()
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		for uid, h := range e.holds[g.ID] {
+			if h.shared {
+				g.SharedHolders++
+			} else {
+				g.ExclusiveHolder = string(uid)
+			}
+		}
+	}
+	return n, e.heartbeat
+}
+
+// candidates groups the nodes with a GpuNodeStatus fresher than oldest by how well they fit
+// req; keep filters nodes (selector). It scans summaries only.
+func (c *ledger) candidates(req *allocator.Request, oldest time.Time, keep func(node string) bool) (byFit [fitIslandBandwidth + 1][]string, stale int) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for name, e := range c.nodes {
+		if e.base == nil {
+			continue
+		}
+		if e.heartbeat.Before(oldest) {
+			stale++
+			continue
+		}
+		f := e.sum.fits(req)
+		if f == fitNone || !keep(name) {
+			continue
+		}
+		byFit[f] = append(byFit[f], name)
+	}
+	return byFit, stale
+}
+
+// add records that pod uid holds GPUs ids on node, for the given source.
+func (c *ledger) add(uid types.UID, node string, ids []int, shared bool, src source) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.addLocked(uid, node, ids, shared, src)
+}
+
+func (c *ledger) addLocked(uid types.UID, node string, ids []int, shared bool, src source) {
+	e := c.entry(node)
+	refs := c.byPod[uid]
+	if refs == nil {
+		refs = map[gpuRef]bool{}
+		c.byPod[uid] = refs
+	}
+	for _, id := range ids {
+		m := e.holds[id]
+		if m == nil {
+			m = map[types.UID]*hold{}
+			e.holds[id] = m
+		}
+		h := m[uid]
+		if h == nil {
+			h = &hold{shared: shared}
+			m[uid] = h
+		}
+		h.sources |= src
+		refs[gpuRef{node, id}] = true
+	}
+	e.recompute()
+}
+
+// remove drops the given source of pod uid's holds on the GPUs ids of node (all of the pod's
+// GPUs when ids is nil); holds left with no source are released.
+func (c *ledger) remove(uid types.UID, node string, ids []int, src source) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(uid, node, ids, src)
+}
+
+func (c *ledger) removeLocked(uid types.UID, node string, ids []int, src source) {
+	refs := c.byPod[uid]
+	for ref := range refs {
+		if node != "" && ref.node != node {
+			continue
+		}
+		if ids != nil && !containsInt(ids, ref.id) {
+			continue
+		}
+		e := c.nodes[ref.node]
+		if e == nil {
+			delete(refs, ref)
+			continue
+		}
+		h := e.holds[ref.id][uid]
+		if h != nil {
+			h.sources &^= src
+			if h.sources != 0 {
+				continue
+			}
+			delete(e.holds[ref.id], uid)
+			if len(e.holds[ref.id]) == 0 {
+				delete(e.holds, ref.id)
+			}
+		}
+		delete(refs, ref)
+		e.recompute()
+		if e.base == nil && len(e.holds) == 0 {
+			delete(c.nodes, ref.node)
+		}
+	}
+	if len(refs) == 0 {
+		delete(c.byPod, uid)
+	}
+}
+
+// forget releases every hold of a pod, whatever its source: the pod is gone or finished.
+func (c *ledger) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(uid, "", nil, fromReservation|fromLease|fromPod)
+	for k, v := range c.claims {
+		if v == uid {
+			delete(c.claims, k)
+		}
+	}
+}
+
+// holdsOf returns the node and GPU IDs a pod holds (sorted), if any.
+func (c *ledger) holdsOf(uid types.UID) (string, []int) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	node := ""
+	var ids []int
+	for ref := range c.byPod[uid] {
+		node = ref.node
+		ids = append(ids, ref.id)
+	}
+	sort.Ints(ids)
+	return node, ids
+}
+
+// reserve atomically re-checks a placement against the current ledger and records it. It
+// returns the IDs actually reserved (recomputed when the ledger changed since Filter).
+func (c *ledger) reserve(uid types.UID, claimKey, node string, req allocator.Request) (allocator.Result, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, _ := c.snapshotLocked(node)
+	if n == nil {
+		return allocator.Result{}, &allocator.Unfit{Reason: "no GpuNodeStatus for node " + node}
+	}
+	res, err := allocator.Allocate(n, req)
+	if err != nil {
+		return allocator.Result{}, err
+	}
+	c.addLocked(uid, node, res.IDs, req.Exclusivity == allocator.Shared, fromReservation)
+	c.claims[claimKey] = uid
+	return res, nil
+}
+
+// unreserve reverts reserve; it is idempotent.
+func (c *ledger) unreserve(uid types.UID, claimKey string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(uid, "", nil, fromReservation|fromLease)
+	if c.claims[claimKey] == uid {
+		delete(c.claims, claimKey)
+	}
+}
+
+// claimReservedFor returns the pod this scheduler reserved a claim for.
+func (c *ledger) claimReservedFor(claimKey string) (types.UID, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	uid, ok := c.claims[claimKey]
+	return uid, ok
+}
+
+func containsInt(ids []int, id int) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}

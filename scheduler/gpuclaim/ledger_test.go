@@ -1,0 +1,139 @@
+package gpuclaim
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// seedStatus is the API reference's example node as an agent reports it.
+func seedStatus(node string, heartbeat time.Time) *apiv1.GpuNodeStatus {
+	s := &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: apiv1.GpuNodeStatusSpec{NodeName: node}}
+	for i := int32(0); i < 8; i++ {
+		d := apiv1.Device{ID: i, Health: apiv1.Healthy, Island: "nvlink-group-0", BandwidthGBps: 600}
+		if i >= 4 {
+			d.Island, d.BandwidthGBps = "nvlink-group-1", 64
+		}
+		s.Status.Devices = append(s.Status.Devices, d)
+	}
+	s.Status.Devices[7].Health = apiv1.Unhealthy
+	s.Status.LastHeartbeatTime = metav1.NewTime(heartbeat)
+	return s
+}
+
+func TestLedgerHoldsAndReleases(t *testing.T) {
+	l := newLedger()
+	now := time.Now()
+	l.setStatus(seedStatus("a", now))
+	req := allocator.Request{Count: 4, MinBandwidthGBps: 600}
+
+	res, err := l.reserve("pod-1", "ns/c1", "a", req)
+	if err != nil || !reflect.DeepEqual(res.IDs, []int{0, 1, 2, 3}) {
+		t.Fatalf("reserve = %v, %v", res.IDs, err)
+	}
+	// A second 4-GPU Exclusive claim cannot get the same GPUs: only 4,5,6 are left.
+	if _, err := l.reserve("pod-2", "ns/c2", "a", req); err == nil {
+		t.Fatal("second reservation of 4 GPUs must fail: only 3 healthy free GPUs remain")
+	}
+	if uid, ok := l.claimReservedFor("ns/c1"); !ok || uid != "pod-1" {
+		t.Fatalf("claim reservation not recorded: %v %v", uid, ok)
+	}
+	// The lease source keeps the hold when the reservation is forgotten by a restart...
+	l.add("pod-1", "a", []int{0, 1, 2, 3}, false, fromLease)
+	l.remove("pod-1", "", nil, fromReservation)
+	if node, ids := l.holdsOf("pod-1"); node != "a" || !reflect.DeepEqual(ids, []int{0, 1, 2, 3}) {
+		t.Fatalf("hold lost with one source left: %s %v", node, ids)
+	}
+	// ...and the hold goes with the last source.
+	l.remove("pod-1", "a", nil, fromLease)
+	if node, _ := l.holdsOf("pod-1"); node != "" {
+		t.Fatalf("hold survived its last source")
+	}
+	// Unreserve is idempotent.
+	l.unreserve("pod-1", "ns/c1")
+	l.unreserve("pod-1", "ns/c1")
+	if _, ok := l.claimReservedFor("ns/c1"); ok {
+		t.Fatal("claim reservation survived unreserve")
+	}
+	n, _ := l.snapshot("a")
+	for _, g := range n.GPUs {
+		if g.ExclusiveHolder != "" || g.SharedHolders != 0 {
+			t.Fatalf("GPU %d still held after release: %+v", g.ID, g)
+		}
+	}
+}
+
+func TestLedgerSharedAndForget(t *testing.T) {
+	l := newLedger()
+	l.setStatus(seedStatus("a", time.Now()))
+	shared := allocator.Request{Count: 1, Exclusivity: allocator.Shared}
+	r1, err := l.reserve("s1", "ns/s1", "a", shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Exclusive never lands on the shared GPU.
+	for i := 0; i < 6; i++ {
+		res, err := l.reserve(typesUID("x"+string(rune('0'+i))), "ns/x", "a", allocator.Request{Count: 1})
+		if err != nil {
+			t.Fatalf("exclusive %d: %v", i, err)
+		}
+		if res.IDs[0] == r1.IDs[0] {
+			t.Fatalf("exclusive claim got shared GPU %d", r1.IDs[0])
+		}
+	}
+	// Every healthy GPU is now held; a further Exclusive claim fails, a Shared one joins.
+	if _, err := l.reserve("x9", "ns/x9", "a", allocator.Request{Count: 1}); err == nil {
+		t.Fatal("no exclusive GPU should be left")
+	}
+	r2, err := l.reserve("s2", "ns/s2", "a", shared)
+	if err != nil || r2.IDs[0] != r1.IDs[0] {
+		t.Fatalf("shared claim should join GPU %v, got %v, %v", r1.IDs, r2.IDs, err)
+	}
+	l.forget("s1")
+	l.forget("s2")
+	if _, err := l.reserve("x9", "ns/x9", "a", allocator.Request{Count: 1}); err != nil {
+		t.Fatalf("GPU freed by forget should be allocatable: %v", err)
+	}
+}
+
+func TestLedgerCandidates(t *testing.T) {
+	l := newLedger()
+	now := time.Now()
+	l.setStatus(seedStatus("a", now))
+	l.setStatus(seedStatus("stale", now.Add(-time.Hour)))
+	b := seedStatus("b", now)
+	l.setStatus(b)
+	l.add("p", "b", []int{0}, false, fromLease) // b's fast island has 3 free
+
+	all := func(string) bool { return true }
+	by, stale := l.candidates(&allocator.Request{Count: 4, MinBandwidthGBps: 600}, now.Add(-time.Minute), all)
+	if stale != 1 {
+		t.Fatalf("stale = %d, want 1", stale)
+	}
+	if !reflect.DeepEqual(by[fitIslandBandwidth], []string{"a"}) || len(by[fitNode]) != 1 || by[fitNode][0] != "b" {
+		t.Fatalf("tiers = %v", by)
+	}
+	by, _ = l.candidates(&allocator.Request{Count: 4, Topology: allocator.Required, MinBandwidthGBps: 600}, now.Add(-time.Minute), all)
+	if len(by[fitIslandBandwidth]) != 1 || len(by[fitNode])+len(by[fitIsland]) != 0 {
+		t.Fatalf("Required tiers = %v", by)
+	}
+	by, _ = l.candidates(&allocator.Request{Count: 2}, now.Add(-time.Minute), func(n string) bool { return n == "b" })
+	if len(by[fitIslandBandwidth]) != 1 || by[fitIslandBandwidth][0] != "b" {
+		t.Fatalf("selector not applied: %v", by)
+	}
+	// The summary agrees with the allocator about whether a node fits at all.
+	for _, req := range []allocator.Request{{Count: 7}, {Count: 8}, {Count: 3, Topology: allocator.Required, MinBandwidthGBps: 600}, {Count: 4, Topology: allocator.Required, MinBandwidthGBps: 600}} {
+		by, _ := l.candidates(&req, now.Add(-time.Minute), func(n string) bool { return n == "b" })
+		n, _ := l.snapshot("b")
+		_, err := allocator.Allocate(n, req)
+		fits := len(by[fitNode])+len(by[fitIsland])+len(by[fitIslandBandwidth]) > 0
+		if fits != (err == nil) {
+			t.Fatalf("summary says fits=%v, allocator says %v for %+v", fits, err, req)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package gpuclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
+)
+
+// podRef names a pod whose GPUs are to be released.
+type podRef struct {
+	UID       types.UID
+	Namespace string
+	Name      string
+	Claim     string
+}
+
+// orphanScanInterval is how often leases whose pods vanished are looked for. Leases of pods
+// deleted while this scheduler watched are released at once; the scan catches the rest (pods
+// deleted while no scheduler ran, leases written by a scheduler that died mid-attempt).
+const orphanScanInterval = 30 * time.Second
+
+func (p *Plugin) enqueueRelease(ref podRef) {
+	p.releaseMu.Lock()
+	p.releases[ref.UID] = ref
+	p.releaseMu.Unlock()
+	p.releaseQueue.Add(ref.UID)
+}
+
+func (p *Plugin) runLifecycle(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		p.releaseQueue.ShutDown()
+	}()
+	go wait.UntilWithContext(ctx, p.collectOrphans, orphanScanInterval)
+	for p.releaseNext(ctx) {
+	}
+}
+
+func (p *Plugin) releaseNext(ctx context.Context) bool {
+	uid, quit := p.releaseQueue.Get()
+	if quit {
+		return false
+	}
+	defer p.releaseQueue.Done(uid)
+	p.releaseMu.Lock()
+	ref, ok := p.releases[uid]
+	p.releaseMu.Unlock()
+	if !ok {
+		ref = podRef{UID: uid}
+	}
+	if err := p.release(ctx, ref); err != nil {
+		klog.FromContext(ctx).Error(err, "Releasing GPUs of a pod; will retry", "podUID", uid, "pod", klog.KRef(ref.Namespace, ref.Name))
+		p.releaseQueue.AddRateLimited(uid)
+		return true
+	}
+	p.releaseMu.Lock()
+	delete(p.releases, uid)
+	p.releaseMu.Unlock()
+	p.releaseQueue.Forget(uid)
+	return true
+}
+
+// release frees a pod's leases and returns its claim to Pending.
+func (p *Plugin) release(ctx context.Context, ref podRef) error {
+	leases, err := p.leasesOf(ref.UID)
+	if err != nil {
+		return err
+	}
+	for _, l := range leases {
+		if err := p.releaseLease(ctx, l.Name, ref.UID); err != nil {
+			return fmt.Errorf("releasing lease %s of pod %s/%s: %w", l.Name, ref.Namespace, ref.Name, err)
+		}
+		metrics.LeasesReleased.Inc()
+	}
+	if ref.Claim != "" {
+		if claim, err := p.claimLister.GpuClaims(ref.Namespace).Get(ref.Claim); err == nil && claim.Status.PodUID == string(ref.UID) {
+			p.status.released(claim, ref.UID, fmt.Sprintf("pod %s went away; the claim is free for another pod", ref.Name))
+		}
+	}
+	return nil
+}
+
+// collectOrphans releases leases whose holders this scheduler cannot see, once they are older
+// than the grace period: long enough for a lease another scheduler just created to be
+// followed by its pod in this scheduler's informer.
+func (p *Plugin) collectOrphans(ctx context.Context) {
+	all, err := p.leaseLister.Leases(*p.args.LeaseNamespace).List(labels.Everything())
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing GPU leases for orphans")
+		return
+	}
+	grace := time.Duration(*p.args.OrphanLeaseGraceSeconds) * time.Second
+	now := p.clock.Now()
+	for _, l := range all {
+		ref, ok := parseLease(l)
+		if !ok {
+			continue
+		}
+		born := l.CreationTimestamp.Time
+		if l.Spec.AcquireTime != nil && l.Spec.AcquireTime.After(born) {
+			born = l.Spec.AcquireTime.Time
+		}
+		if now.Sub(born) < grace {
+			continue
+		}
+		for _, uid := range ref.holders {
+			if _, live := p.pods.get(uid); live {
+				continue
+			}
+			klog.FromContext(ctx).V(2).Info("Releasing orphaned GPU lease", "lease", klog.KObj(l), "podUID", uid)
+			p.ledger.forget(uid)
+			p.enqueueRelease(podRef{UID: uid, Namespace: l.Annotations[annotationPodNamespace], Name: l.Annotations[annotationPodName]})
+		}
+	}
+}

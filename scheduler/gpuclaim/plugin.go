@@ -1,0 +1,312 @@
+// Package gpuclaim is the GpuClaimPlugin: a kube-scheduler plugin that picks the node and the
+// exact GPU IDs for pods naming a GpuClaim, and locks each GPU with a coordination Lease
+// gpu-{node}-{id} so that no two pods ever share an exclusive GPU, whatever number of
+// schedulers race.
+//
+// One file per extension point: prefilter.go, filter.go, score.go, reserve.go, prebind.go,
+// bind.go, postbind.go, postfilter.go, and events.go for the queueing hints. ledger.go is the
+// in-memory ledger, leases.go the lease operations, lifecycle.go releases GPUs when pods go.
+package gpuclaim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
+
+	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
+	gpulisters "github.com/gpu-scheduler/gpu-scheduler/api/generated/listers/api/v1"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// Name is the plugin's name in the scheduler configuration.
+const Name = "GpuClaimPlugin"
+
+// stateKey is where PreFilter leaves its findings for the later extension points.
+const stateKey fwk.StateKey = Name
+
+var (
+	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.PostFilterPlugin  = &Plugin{}
+	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.PreScorePlugin    = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PreBindPlugin     = &Plugin{}
+	_ fwk.BindPlugin        = &Plugin{}
+	_ fwk.PostBindPlugin    = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
+)
+
+// Plugin is the GpuClaimPlugin.
+type Plugin struct {
+	handle    fwk.Handle
+	args      *Args
+	strategy  allocator.Strategy
+	freshness time.Duration
+	clock     clock.Clock
+
+	client      kubernetes.Interface
+	gpuClient   versioned.Interface
+	claimLister gpulisters.GpuClaimLister
+	leaseLister coordinationlisters.LeaseLister
+	// leaseIndexer finds a pod's leases by holder UID without scanning every lease.
+	leaseIndexer cache.Indexer
+
+	ledger *ledger
+	pods   *podTracker
+	// relaxed remembers pods whose last attempt found no node in the best fit tier, so that
+	// the next attempt considers the next tier (see postfilter.go).
+	relaxed *relaxations
+	status  *statusWriter
+
+	// releaseQueue releases the leases and claims of pods that went away (lifecycle.go).
+	releaseQueue workqueue.TypedRateLimitingInterface[types.UID]
+	releaseMu    sync.Mutex
+	releases     map[types.UID]podRef
+}
+
+// Name returns the plugin's name.
+func (p *Plugin) Name() string { return Name }
+
+// New builds the plugin: it decodes and validates its args, starts informers for GpuClaims,
+// GpuNodeStatuses and the GPU leases, and rebuilds its ledger from the leases before returning,
+// so that a restarted scheduler never hands out a GPU another pod holds.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	return newPlugin(ctx, obj, h, nil, clock.RealClock{})
+}
+
+// newPlugin is New with an injectable GPU clientset and clock for tests.
+func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient versioned.Interface, clk clock.Clock) (*Plugin, error) {
+	logger := klog.FromContext(ctx).WithName(Name)
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	strategy, _ := allocator.ParseStrategy(*args.NodeStrategy) // validated
+	if gpuClient == nil {
+		if h.KubeConfig() == nil {
+			return nil, fmt.Errorf("%s: the framework handle has no kubeconfig to build a GpuClaim client from", Name)
+		}
+		gpuClient, err = versioned.NewForConfig(h.KubeConfig())
+		if err != nil {
+			return nil, fmt.Errorf("%s: building the gpu.scheduling client: %w", Name, err)
+		}
+	}
+	p := &Plugin{
+		handle:       h,
+		args:         args,
+		strategy:     strategy,
+		freshness:    time.Duration(*args.StatusFreshnessSeconds) * time.Second,
+		clock:        clk,
+		client:       h.ClientSet(),
+		gpuClient:    gpuClient,
+		ledger:       newLedger(),
+		pods:         newPodTracker(),
+		relaxed:      newRelaxations(),
+		releaseQueue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]()),
+		releases:     map[types.UID]podRef{},
+	}
+	p.status = newStatusWriter(p)
+
+	gpuFactory := gpuinformers.NewSharedInformerFactory(gpuClient, 0)
+	claims := gpuFactory.Gpu().V1().GpuClaims()
+	p.claimLister = claims.Lister()
+	nodeStatuses := gpuFactory.Gpu().V1().GpuNodeStatuses()
+	if _, err := nodeStatuses.Informer().AddEventHandler(p.nodeStatusHandler()); err != nil {
+		return nil, fmt.Errorf("%s: watching GpuNodeStatuses: %w", Name, err)
+	}
+
+	leaseFactory := kubeinformers.NewSharedInformerFactoryWithOptions(p.client, 0,
+		kubeinformers.WithNamespace(*args.LeaseNamespace),
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = apiv1.LabelLeaseNode
+		}))
+	leases := leaseFactory.Coordination().V1().Leases()
+	p.leaseLister = leases.Lister()
+	if err := leases.Informer().AddIndexers(cache.Indexers{holderIndex: leaseHolders}); err != nil {
+		return nil, fmt.Errorf("%s: indexing leases: %w", Name, err)
+	}
+	p.leaseIndexer = leases.Informer().GetIndexer()
+	if _, err := leases.Informer().AddEventHandler(p.leaseHandler()); err != nil {
+		return nil, fmt.Errorf("%s: watching leases: %w", Name, err)
+	}
+
+	// Pods come from the scheduler's own informer (it excludes finished pods, so a pod that
+	// completes arrives here as a delete).
+	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(p.podHandler()); err != nil {
+		return nil, fmt.Errorf("%s: watching pods: %w", Name, err)
+	}
+
+	gpuFactory.Start(ctx.Done())
+	leaseFactory.Start(ctx.Done())
+	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for typ, ok := range gpuFactory.WaitForCacheSync(syncCtx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("%s: %v informer did not sync; are the gpu.scheduling CRDs installed and may the scheduler list them?", Name, typ)
+		}
+	}
+	for typ, ok := range leaseFactory.WaitForCacheSync(syncCtx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("%s: %v informer did not sync in namespace %q; may the scheduler list leases there?", Name, typ, *args.LeaseNamespace)
+		}
+	}
+	logger.Info("GPU ledger rebuilt from leases", "leaseNamespace", *args.LeaseNamespace, "nodeStrategy", strategy)
+
+	go p.status.run(ctx)
+	go p.runLifecycle(ctx)
+	return p, nil
+}
+
+func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok {
+				p.ledger.setStatus(gns)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok {
+				p.ledger.setStatus(gns)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok {
+				p.ledger.deleteStatus(nodeNameOf(gns))
+			}
+		},
+	}
+}
+
+func (p *Plugin) leaseHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.observeLease(nil, obj) },
+		UpdateFunc: func(old, obj any) { p.observeLease(old, obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				if ref, ok := parseLease(l); ok {
+					for _, uid := range ref.holders {
+						p.ledger.remove(uid, ref.node, []int{ref.gpu}, fromLease)
+					}
+				}
+			}
+		},
+	}
+}
+
+// observeLease records the holders a lease names, and drops those an update removed.
+func (p *Plugin) observeLease(old, obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	ref, ok := parseLease(l)
+	if !ok {
+		return
+	}
+	now := map[types.UID]bool{}
+	for _, uid := range ref.holders {
+		now[uid] = true
+		p.ledger.add(uid, ref.node, []int{ref.gpu}, ref.shared, fromLease)
+	}
+	if ol, ok := old.(*coordinationv1.Lease); ok {
+		if oref, ok := parseLease(ol); ok {
+			for _, uid := range oref.holders {
+				if !now[uid] {
+					p.ledger.remove(uid, oref.node, []int{oref.gpu}, fromLease)
+				}
+			}
+		}
+	}
+}
+
+// podHandler keeps the pod tracker and the ledger in step with pods, and releases the GPUs of
+// pods that are deleted (also force-deleted) or finish.
+func (p *Plugin) podHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.observePod(obj) },
+		UpdateFunc: func(_, obj any) { p.observePod(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				p.podGone(pod)
+			}
+		},
+	}
+}
+
+func (p *Plugin) observePod(obj any) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	if podFinished(pod) {
+		p.podGone(pod)
+		return
+	}
+	p.pods.observe(pod)
+	// A bound pod carrying an allocation holds those GPUs even if its leases were lost.
+	if pod.Spec.NodeName == "" {
+		return
+	}
+	if a, ok := pod.Annotations[apiv1.AnnotationAllocated]; ok {
+		if alloc, err := apiv1.ParseAllocation(a); err == nil && alloc.Node == pod.Spec.NodeName {
+			shared := false
+			if name, ok := claimName(pod); ok {
+				if c, err := p.claimLister.GpuClaims(pod.Namespace).Get(name); err == nil && c.Spec.Devices.Exclusivity == apiv1.Shared {
+					shared = true
+				}
+			}
+			p.ledger.add(pod.UID, alloc.Node, alloc.IDs, shared, fromPod)
+		}
+	}
+}
+
+// podGone releases everything a pod held: the ledger at once, the leases and the claim status
+// through the lifecycle queue.
+func (p *Plugin) podGone(pod *v1.Pod) {
+	p.pods.gone(pod.UID)
+	p.relaxed.forget(pod.UID)
+	p.ledger.forget(pod.UID)
+	p.enqueueRelease(podRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Claim: pod.Annotations[apiv1.AnnotationClaim]})
+}
+
+// leasesOf lists the GPU leases naming a pod, from the informer cache.
+func (p *Plugin) leasesOf(uid types.UID) ([]*coordinationv1.Lease, error) {
+	objs, err := p.leaseIndexer.ByIndex(holderIndex, string(uid))
+	if err != nil {
+		return nil, fmt.Errorf("listing leases of pod UID %s: %w", uid, err)
+	}
+	out := make([]*coordinationv1.Lease, 0, len(objs))
+	for _, o := range objs {
+		if l, ok := o.(*coordinationv1.Lease); ok {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,81 @@
+package gpuclaim
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// podInfo is what the plugin needs to know of a live pod.
+type podInfo struct {
+	UID       types.UID
+	Namespace string
+	Name      string
+}
+
+// podTracker knows every live (not finished) pod by UID, from the scheduler's pod informer;
+// it tells whether a claim's holder or a lease's holder still exists.
+type podTracker struct {
+	mu   sync.RWMutex
+	pods map[types.UID]podInfo
+}
+
+func newPodTracker() *podTracker { return &podTracker{pods: map[types.UID]podInfo{}} }
+
+func (t *podTracker) observe(pod *v1.Pod) {
+	t.mu.Lock()
+	t.pods[pod.UID] = podInfo{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
+	t.mu.Unlock()
+}
+
+func (t *podTracker) gone(uid types.UID) {
+	t.mu.Lock()
+	delete(t.pods, uid)
+	t.mu.Unlock()
+}
+
+func (t *podTracker) get(uid types.UID) (podInfo, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	p, ok := t.pods[uid]
+	return p, ok
+}
+
+func typesUID(s string) types.UID { return types.UID(s) }
+
+// relaxations remembers, per pod, the lowest fit tier PreFilter may offer next time.
+type relaxations struct {
+	mu    sync.Mutex
+	tiers map[types.UID]fit
+}
+
+func newRelaxations() *relaxations { return &relaxations{tiers: map[types.UID]fit{}} }
+
+// tier is the best tier PreFilter may still start from for a pod.
+func (r *relaxations) tier(uid types.UID) fit {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.tiers[uid]; ok {
+		return t
+	}
+	return fitIslandBandwidth
+}
+
+// relax lowers a pod's starting tier below the one that just failed; false when no lower
+// tier is left.
+func (r *relaxations) relax(uid types.UID, failed fit) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if failed <= fitNode {
+		return false
+	}
+	r.tiers[uid] = failed - 1
+	return true
+}
+
+func (r *relaxations) forget(uid types.UID) {
+	r.mu.Lock()
+	delete(r.tiers, uid)
+	r.mu.Unlock()
+}

@@ -1,0 +1,29 @@
+package gpuclaim
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// PostFilter runs when no node passed the filters. PreFilter offered only the best fit tier
+// (nodes with a fitting free island); if those nodes all failed for another reason (a taint,
+// another plugin), this lowers the tier for the pod's next attempt and sends it straight back
+// to the active queue, so Preferred topology never leaves a pod pending that could run
+// elsewhere. It never preempts.
+func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	s, err := getState(cs)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	if !p.relaxed.relax(pod.UID, s.tier) {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	logger := klog.FromContext(ctx)
+	logger.V(3).Info("No node of the best GPU fit tier passed the filters; widening", "pod", klog.KObj(pod), "claim", s.key, "tier", s.tier)
+	p.handle.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
+	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("no node with a fitting free island passed the other filters; GpuClaim %s will consider more nodes", s.key))
+}

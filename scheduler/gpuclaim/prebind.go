@@ -1,0 +1,77 @@
+package gpuclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
+)
+
+// PreBindPreFlight tells the framework whether PreBind has work for this pod.
+func (p *Plugin) PreBindPreFlight(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	if _, ok := claimName(pod); !ok {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
+}
+
+// PreBind makes the reservation real, off the scheduling cycle: one Lease per GPU. Losing a
+// lease race fails the attempt; the framework then calls Unreserve, and the pod is retried on
+// other GPUs. With the leases held, the claim's status moves to Reserved.
+func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if _, ok := claimName(pod); !ok {
+		return nil
+	}
+	s, err := getState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s.node != nodeName || len(s.ids) == 0 {
+		return fwk.AsStatus(fmt.Errorf("pod %s/%s: no GPUs reserved on node %s", pod.Namespace, pod.Name, nodeName))
+	}
+	start := p.clock.Now()
+	shared := s.claim.Spec.Devices.Exclusivity == apiv1.Shared
+	taken, err := p.acquire(ctx, pod, nodeName, s.ids, shared)
+	s.leases = taken
+	if errors.Is(err, errLeaseConflict) {
+		metrics.LeaseConflicts.Inc()
+		klog.FromContext(ctx).V(2).Info("Lost a GPU lease race; will retry", "pod", klog.KObj(pod), "node", nodeName, "err", err)
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("GpuClaim %s: %v", s.key, err))
+	}
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("locking GPUs %v on node %s for pod %s/%s: %w", s.ids, nodeName, pod.Namespace, pod.Name, err))
+	}
+	// The leases are ours: record them in the ledger now rather than waiting for the informer.
+	p.ledger.add(pod.UID, nodeName, s.ids, shared, fromLease)
+	metrics.AllocationLatency.Observe(p.clock.Since(start).Seconds())
+
+	if *p.args.RecordReservedPhase {
+		alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
+		if err := p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
+			setAllocation(st, apiv1.ClaimReserved, pod, alloc, fmt.Sprintf("GPUs %s on node %s locked for pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name))
+		}); err != nil {
+			return fwk.AsStatus(err)
+		}
+	}
+	return nil
+}
+
+// setAllocation writes an allocation into a claim status.
+func setAllocation(st *apiv1.GpuClaimStatus, phase apiv1.ClaimPhase, pod *v1.Pod, a apiv1.Allocation, msg string) {
+	st.Phase = phase
+	st.NodeName = a.Node
+	st.GpuIDs = make([]int32, len(a.IDs))
+	for i, id := range a.IDs {
+		st.GpuIDs[i] = int32(id)
+	}
+	st.Allocated = a.String()
+	st.PodName = pod.Name
+	st.PodUID = string(pod.UID)
+	st.Message = msg
+}

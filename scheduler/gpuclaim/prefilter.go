@@ -1,0 +1,129 @@
+package gpuclaim
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// PreFilter reads and validates the pod's claim and narrows the nodes to those that can serve
+// it, best fit tier first: when any node has a free island that fits (at the bandwidth asked
+// for), only such nodes are considered, so island-local placement holds wherever it is
+// possible even when the scheduler samples a share of a large cluster.
+func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	name, ok := claimName(pod)
+	if !ok {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	logger := klog.FromContext(ctx)
+	if name == "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("pod %s/%s has an empty %s annotation; set it to the name of a GpuClaim in namespace %s", pod.Namespace, pod.Name, apiv1.AnnotationClaim, pod.Namespace))
+	}
+	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("GpuClaim %s/%s named by pod %s does not exist", pod.Namespace, name, pod.Name))
+	}
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("reading GpuClaim %s/%s: %w", pod.Namespace, name, err))
+	}
+	key := claimKey(pod.Namespace, name)
+	if claim.DeletionTimestamp != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GpuClaim %s is being deleted", key))
+	}
+	req, err := requestFor(claim)
+	if err != nil {
+		msg := fmt.Sprintf("GpuClaim %s is invalid: %v", key, err)
+		p.status.failed(claim, pod, msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	}
+	if holder, ok := p.claimHolder(claim); ok && holder.UID != pod.UID {
+		msg := fmt.Sprintf("GpuClaim %s is held by pod %s/%s; one claim serves one pod at a time", key, pod.Namespace, holder.Name)
+		p.status.pending(claim, pod, msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	}
+
+	tier := p.relaxed.tier(pod.UID)
+	nodes, stale := p.ledger.candidates(&req, p.clock.Now().Add(-p.freshness), func(node string) bool {
+		return p.nodeSelected(claim, node)
+	})
+	var chosen []string
+	used := fitNode
+	for f := fitIslandBandwidth; f >= fitNode; f-- {
+		if f > tier || len(nodes[f]) == 0 {
+			continue
+		}
+		chosen = append(chosen, nodes[f]...)
+		if req.Topology == allocator.Ignore || req.Count == 1 {
+			continue // no tiers without topology: any fitting node will do
+		}
+		used = f
+		break
+	}
+	if len(chosen) == 0 {
+		msg := p.noNodeMessage(key, &req, stale)
+		p.status.pending(claim, pod, msg)
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	logger.V(5).Info("GPU candidates", "pod", klog.KObj(pod), "claim", key, "nodes", len(chosen))
+	cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, tier: used, results: make(map[string]allocator.Result, 64)})
+	return &fwk.PreFilterResult{NodeNames: sets.New(chosen...)}, nil
+}
+
+// PreFilterExtensions is nil: placements do not depend on other pods being nominated.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// claimHolder returns the live pod holding a claim: recorded in the claim's status, or
+// reserved by this scheduler and not yet recorded.
+func (p *Plugin) claimHolder(claim *apiv1.GpuClaim) (podInfo, bool) {
+	if uid := claim.Status.PodUID; uid != "" {
+		if info, ok := p.pods.get(typesUID(uid)); ok {
+			return info, true
+		}
+	}
+	if uid, ok := p.ledger.claimReservedFor(claimKey(claim.Namespace, claim.Name)); ok {
+		if info, ok := p.pods.get(uid); ok {
+			return info, true
+		}
+	}
+	return podInfo{}, false
+}
+
+// nodeSelected applies the claim's node selector to a node from the scheduler's snapshot.
+func (p *Plugin) nodeSelected(claim *apiv1.GpuClaim, node string) bool {
+	if claim.Spec.Selector == nil || len(claim.Spec.Selector.MatchLabels) == 0 {
+		return true
+	}
+	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
+	if err != nil || ni.Node() == nil {
+		return false
+	}
+	return selectorMatches(claim, ni.Node())
+}
+
+func (p *Plugin) noNodeMessage(key string, req *allocator.Request, stale int) string {
+	what := fmt.Sprintf("%d healthy free GPUs", req.Count)
+	if req.Exclusivity == allocator.Shared {
+		what = fmt.Sprintf("%d healthy shareable GPUs", req.Count)
+	}
+	if req.Topology == allocator.Required {
+		what += " in one island"
+		if req.MinBandwidthGBps > 0 {
+			what += fmt.Sprintf(" with ≥ %d GB/s", req.MinBandwidthGBps)
+		}
+	}
+	msg := fmt.Sprintf("no node has %s for GpuClaim %s", what, key)
+	if stale > 0 {
+		msg += fmt.Sprintf(" (%d nodes ignored: GpuNodeStatus older than %s)", stale, p.freshness)
+	}
+	return msg
+}

@@ -1,0 +1,57 @@
+package gpuclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// Reserve records the chosen GPUs in the in-memory ledger, atomically with a last check
+// against it; no API call happens here, so the scheduling cycle never waits on the API server.
+func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if _, ok := claimName(pod); !ok {
+		return nil
+	}
+	s, err := getState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	res, err := p.ledger.reserve(pod.UID, s.key, nodeName, s.req)
+	var unfit *allocator.Unfit
+	if errors.As(err, &unfit) {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("GPUs on node %s were taken meanwhile: %s", nodeName, unfit.Reason))
+	}
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("reserving GPUs on node %s for pod %s/%s: %w", nodeName, pod.Namespace, pod.Name, err))
+	}
+	s.node, s.ids, s.islands = nodeName, res.IDs, res.Islands
+	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "claim", s.key, "node", nodeName, "gpus", res.IDs, "score", res.Score, "note", res.Note)
+	return nil
+}
+
+// Unreserve reverts Reserve and releases the leases this attempt took. It is idempotent and
+// never fails; leases it cannot release are collected later as orphans.
+func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
+	if _, ok := claimName(pod); !ok {
+		return
+	}
+	s, err := getState(cs)
+	if err != nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	for _, name := range s.leases {
+		if err := p.releaseLease(ctx, name, pod.UID); err != nil {
+			logger.Error(err, "Releasing GPU lease after a failed attempt; it will be collected as an orphan", "pod", klog.KObj(pod), "lease", name)
+		}
+	}
+	s.leases = nil
+	p.ledger.unreserve(pod.UID, s.key)
+	s.node, s.ids = "", nil
+}

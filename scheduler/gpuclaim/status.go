@@ -1,0 +1,168 @@
+package gpuclaim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// writeClaimStatus applies mutate to a claim's status and writes it through the status
+// subresource, only when it changes anything. It starts from the informer's copy (no read)
+// and re-reads from the API server only on a conflict.
+func (p *Plugin) writeClaimStatus(ctx context.Context, claim *apiv1.GpuClaim, mutate func(*apiv1.GpuClaimStatus)) error {
+	claims := p.gpuClient.GpuV1().GpuClaims(claim.Namespace)
+	cur := claim
+	if c, err := p.claimLister.GpuClaims(claim.Namespace).Get(claim.Name); err == nil {
+		cur = c
+	}
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if !first {
+			c, err := claims.Get(ctx, claim.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur = c
+		}
+		first = false
+		next := cur.DeepCopy()
+		mutate(&next.Status)
+		next.Status.ObservedGeneration = next.Generation
+		if apiequality.Semantic.DeepEqual(cur.Status, next.Status) {
+			return nil
+		}
+		_, err := claims.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil // the claim is gone; nothing to record
+	}
+	if err != nil {
+		return fmt.Errorf("updating status of GpuClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return nil
+}
+
+// statusWriter writes the claim statuses that the scheduling cycle decides (Pending with a
+// reason, Failed) from a queue, so the cycle itself never waits on the API server. Only the
+// latest wish per claim is kept, and a wish that changes nothing writes nothing.
+type statusWriter struct {
+	p     *Plugin
+	queue workqueue.TypedRateLimitingInterface[string]
+	mu    sync.Mutex
+	wish  map[string]statusWish
+}
+
+type statusWish struct {
+	claim  *apiv1.GpuClaim
+	pod    *v1.Pod
+	phase  apiv1.ClaimPhase
+	reason string
+	msg    string
+}
+
+func newStatusWriter(p *Plugin) *statusWriter {
+	return &statusWriter{
+		p:     p,
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		wish:  map[string]statusWish{},
+	}
+}
+
+// pending records why a claim's pod is waiting. A claim that holds GPUs keeps them: its
+// status is not touched.
+func (w *statusWriter) pending(claim *apiv1.GpuClaim, pod *v1.Pod, msg string) {
+	if claim.Status.Phase == apiv1.ClaimBound || claim.Status.Phase == apiv1.ClaimReserved {
+		return
+	}
+	if claim.Status.Phase == apiv1.ClaimPending && claim.Status.Message == msg {
+		return
+	}
+	w.put(statusWish{claim: claim, pod: pod, phase: apiv1.ClaimPending, reason: "Unschedulable", msg: msg})
+}
+
+// failed records that a claim can never be satisfied as written.
+func (w *statusWriter) failed(claim *apiv1.GpuClaim, pod *v1.Pod, msg string) {
+	if claim.Status.Phase == apiv1.ClaimFailed && claim.Status.Message == msg {
+		return
+	}
+	w.put(statusWish{claim: claim, pod: pod, phase: apiv1.ClaimFailed, reason: "InvalidClaim", msg: msg})
+}
+
+// released returns a claim to Pending after its pod went away.
+func (w *statusWriter) released(claim *apiv1.GpuClaim, uid types.UID, msg string) {
+	w.put(statusWish{claim: claim, phase: apiv1.ClaimPending, reason: "Released", msg: msg, pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}}})
+}
+
+func (w *statusWriter) put(s statusWish) {
+	key := claimKey(s.claim.Namespace, s.claim.Name)
+	w.mu.Lock()
+	w.wish[key] = s
+	w.mu.Unlock()
+	w.queue.Add(key)
+}
+
+func (w *statusWriter) run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		w.queue.ShutDown()
+	}()
+	for w.next(ctx) {
+	}
+}
+
+func (w *statusWriter) next(ctx context.Context) bool {
+	key, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(key)
+	w.mu.Lock()
+	s, ok := w.wish[key]
+	delete(w.wish, key)
+	w.mu.Unlock()
+	if !ok {
+		w.queue.Forget(key)
+		return true
+	}
+	err := w.p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
+		if s.reason == "Released" {
+			// Only the pod that held the claim may release it.
+			if st.PodUID != string(s.pod.UID) {
+				return
+			}
+			*st = apiv1.GpuClaimStatus{}
+		} else if st.Phase == apiv1.ClaimBound || st.Phase == apiv1.ClaimReserved {
+			return // the claim got GPUs since this wish was made
+		}
+		st.Phase = s.phase
+		st.Message = s.msg
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Writing GpuClaim status", "claim", key)
+		w.mu.Lock()
+		if _, newer := w.wish[key]; !newer {
+			w.wish[key] = s
+		}
+		w.mu.Unlock()
+		w.queue.AddRateLimited(key)
+		return true
+	}
+	w.queue.Forget(key)
+	if s.reason != "Released" && s.pod != nil && s.pod.Name != "" {
+		typ := v1.EventTypeWarning
+		w.p.handle.EventRecorder().Eventf(s.claim, s.pod, typ, s.reason, "Scheduling", s.msg)
+	}
+	return true
+}
