@@ -13,8 +13,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	gpulisters "github.com/gpu-scheduler/gpu-scheduler/api/generated/listers/api/v1"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 func hintPlugin(t *testing.T, claims ...*apiv1.GpuClaim) *Plugin {
