@@ -1,0 +1,225 @@
+package manifests
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/cel-go/cel"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/kubernetes/pkg/apis/admissionregistration"
+	admissionregistrationinternalv1 "k8s.io/kubernetes/pkg/apis/admissionregistration/v1"
+	"k8s.io/kubernetes/pkg/apis/admissionregistration/validation"
+
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+const testCA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+func TestRenderYAMLGolden(t *testing.T) {
+	tests := []struct {
+		golden string
+		opts   Options
+	}{
+		{"service.yaml", Options{Namespace: "gpu-scheduler", CABundle: []byte(testCA), Service: &ServiceRef{Namespace: "gpu-scheduler", Name: "gpu-webhook"}}},
+		{"url.yaml", Options{Name: "gpu-webhook-test", Namespace: "gpu-webhook-test", CABundle: []byte(testCA), URL: "https://127.0.0.1:43211/", TimeoutSeconds: 3, ExcludeNamespaces: []string{"kube-system", "monitoring"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.golden, func(t *testing.T) {
+			got, err := RenderYAML(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.golden)
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("rendered YAML differs from %s (run with -update if the change is intended):\n%s", path, got)
+			}
+		})
+	}
+}
+
+// TestRenderPassesAPIServerValidation runs the apiserver's own defaulting and validation, which
+// also compiles the CEL match conditions, so a broken expression fails here and not at install.
+func TestRenderPassesAPIServerValidation(t *testing.T) {
+	m, v, err := Render(Options{Namespace: "gpu-scheduler", CABundle: []byte(testCA), Service: &ServiceRef{Namespace: "gpu-scheduler", Name: "gpu-webhook", Port: 8443}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admissionregistrationinternalv1.SetObjectDefaults_MutatingWebhookConfiguration(m)
+	admissionregistrationinternalv1.SetObjectDefaults_ValidatingWebhookConfiguration(v)
+	var im admissionregistration.MutatingWebhookConfiguration
+	if err := admissionregistrationinternalv1.Convert_v1_MutatingWebhookConfiguration_To_admissionregistration_MutatingWebhookConfiguration(m, &im, nil); err != nil {
+		t.Fatal(err)
+	}
+	if errs := validation.ValidateMutatingWebhookConfiguration(&im); len(errs) > 0 {
+		t.Errorf("mutating configuration is invalid: %v", errs.ToAggregate())
+	}
+	var iv admissionregistration.ValidatingWebhookConfiguration
+	if err := admissionregistrationinternalv1.Convert_v1_ValidatingWebhookConfiguration_To_admissionregistration_ValidatingWebhookConfiguration(v, &iv, nil); err != nil {
+		t.Fatal(err)
+	}
+	if errs := validation.ValidateValidatingWebhookConfiguration(&iv); len(errs) > 0 {
+		t.Errorf("validating configuration is invalid: %v", errs.ToAggregate())
+	}
+}
+
+func TestRenderSafety(t *testing.T) {
+	m, v, err := Render(Options{Namespace: "gpu-scheduler", CABundle: []byte(testCA), URL: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, vw := m.Webhooks[0], v.Webhooks[0]
+	for _, w := range []struct {
+		name     string
+		policy   *admissionregistrationv1.FailurePolicyType
+		side     *admissionregistrationv1.SideEffectClass
+		timeout  *int32
+		excluded []string
+		url      *string
+	}{
+		{mw.Name, mw.FailurePolicy, mw.SideEffects, mw.TimeoutSeconds, mw.NamespaceSelector.MatchExpressions[0].Values, mw.ClientConfig.URL},
+		{vw.Name, vw.FailurePolicy, vw.SideEffects, vw.TimeoutSeconds, vw.NamespaceSelector.MatchExpressions[0].Values, vw.ClientConfig.URL},
+	} {
+		if *w.policy != admissionregistrationv1.Fail || *w.side != admissionregistrationv1.SideEffectClassNone || *w.timeout != DefaultTimeoutSeconds {
+			t.Errorf("%s: failurePolicy %s sideEffects %s timeout %d", w.name, *w.policy, *w.side, *w.timeout)
+		}
+		if strings.Join(w.excluded, ",") != "kube-system,gpu-scheduler" {
+			t.Errorf("%s excludes %q, want kube-system and its own namespace", w.name, w.excluded)
+		}
+	}
+	if *mw.ClientConfig.URL != "https://127.0.0.1:1/mutate" || *vw.ClientConfig.URL != "https://127.0.0.1:1/validate" {
+		t.Errorf("URLs %s %s", *mw.ClientConfig.URL, *vw.ClientConfig.URL)
+	}
+	if *mw.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy {
+		t.Errorf("reinvocation %s", *mw.ReinvocationPolicy)
+	}
+}
+
+func TestRenderRejectsBadOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"nothing", Options{}, "render webhook configurations: the webhook's namespace is required: it must be excluded from the webhooks\na CA bundle is required: the apiserver must verify the webhook\none of URL and Service is required"},
+		{"both targets", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://x", Service: &ServiceRef{Namespace: "n", Name: "s"}}, "render webhook configurations: URL and Service are exclusive"},
+		{"plain http", Options{Namespace: "n", CABundle: []byte(testCA), URL: "http://127.0.0.1:1"}, `render webhook configurations: webhook URL "http://127.0.0.1:1" must be https://host[:port] with nothing after it`},
+		{"a path", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://127.0.0.1:1/mutate"}, `render webhook configurations: webhook URL "https://127.0.0.1:1/mutate" must be https://host[:port] with nothing after it`},
+		{"service without name", Options{Namespace: "n", CABundle: []byte(testCA), Service: &ServiceRef{Namespace: "n"}}, "render webhook configurations: the Service needs a namespace and a name"},
+		{"long timeout", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://x", TimeoutSeconds: 31}, "render webhook configurations: timeout 31s is outside 1..30 seconds, the range the apiserver accepts"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Render(tc.opts)
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Render error:\n%v\nwant:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestMatchConditions evaluates the CEL match conditions on the requests they must and must
+// not send to the webhook. The apiserver evaluates them the same way (core CEL, dynamic
+// objects); the integration test checks them against a real one.
+func TestMatchConditions(t *testing.T) {
+	env, err := cel.NewEnv(cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType), cel.Variable("request", cel.DynType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eval := func(t *testing.T, expr string, vars map[string]any) bool {
+		t.Helper()
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			t.Fatalf("compile %s: %v", expr, iss.Err())
+		}
+		prg, err := env.Program(ast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := prg.Eval(vars)
+		if err != nil {
+			t.Fatalf("eval: %v", err)
+		}
+		b, ok := out.Value().(bool)
+		if !ok {
+			t.Fatalf("result %v is not a bool", out)
+		}
+		return b
+	}
+	obj := func(annotations map[string]any, spec map[string]any) map[string]any {
+		meta := map[string]any{"name": "p"}
+		if annotations != nil {
+			meta["annotations"] = annotations
+		}
+		o := map[string]any{"metadata": meta}
+		if spec != nil {
+			o["spec"] = spec
+		}
+		return o
+	}
+	create := map[string]any{"operation": "CREATE"}
+	upd := map[string]any{"operation": "UPDATE"}
+	alloc, ids, claim := gpuv1.AnnotationAllocated, gpuv1.AnnotationGPUIDs, gpuv1.AnnotationClaim
+
+	gpu := []struct {
+		name string
+		obj  map[string]any
+		want bool
+	}{
+		{"claim", obj(map[string]any{claim: "c"}, map[string]any{}), true},
+		{"our scheduler", obj(nil, map[string]any{"schedulerName": gpuv1.SchedulerName}), true},
+		{"another scheduler", obj(map[string]any{"x": "y"}, map[string]any{"schedulerName": "default-scheduler"}), false},
+		{"no annotations, no scheduler name", obj(nil, map[string]any{}), false},
+	}
+	for _, tc := range gpu {
+		t.Run("gpu-pod/"+tc.name, func(t *testing.T) {
+			if got := eval(t, MatchGPUPod, map[string]any{"object": tc.obj, "oldObject": nil, "request": create}); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	writes := []struct {
+		name     string
+		req      map[string]any
+		obj, old map[string]any
+		want     bool
+	}{
+		{"create plain pod", create, obj(map[string]any{claim: "c"}, nil), nil, false},
+		{"create pod without annotations", create, obj(nil, nil), nil, false},
+		{"create pod with ids", create, obj(map[string]any{ids: "0"}, nil), nil, true},
+		{"create binding with allocation", create, obj(map[string]any{alloc: "n:0"}, nil), nil, true},
+		{"update other annotation", upd, obj(map[string]any{alloc: "n:0", "a": "2"}, nil), obj(map[string]any{alloc: "n:0", "a": "1"}, nil), false},
+		{"update without annotations", upd, obj(nil, nil), obj(nil, nil), false},
+		{"update adds ids", upd, obj(map[string]any{ids: "0"}, nil), obj(nil, nil), true},
+		{"update adds an empty value", upd, obj(map[string]any{ids: ""}, nil), obj(map[string]any{}, nil), true},
+		{"update changes allocated", upd, obj(map[string]any{alloc: "n:1"}, nil), obj(map[string]any{alloc: "n:0"}, nil), true},
+		{"update removes ids", upd, obj(map[string]any{"a": "1"}, nil), obj(map[string]any{ids: "0", "a": "1"}, nil), true},
+		{"update removes all annotations", upd, obj(nil, nil), obj(map[string]any{alloc: "n:0"}, nil), true},
+	}
+	for _, tc := range writes {
+		t.Run("writes-allocation/"+tc.name, func(t *testing.T) {
+			var old any
+			if tc.old != nil {
+				old = tc.old
+			}
+			if got := eval(t, MatchWritesAllocation, map[string]any{"object": tc.obj, "oldObject": old, "request": tc.req}); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
