@@ -1,0 +1,122 @@
+// Command gpu-webhook is the gpu-scheduler admission webhook: it points every container of a GPU
+// pod at the GPUs the scheduler allocates, and refuses allocation annotations written by anyone
+// but the scheduler. "gpu-webhook render" prints the webhook configurations that register it.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/component-base/cli"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-scheduler/gpu-scheduler/webhook"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
+)
+
+func main() {
+	os.Exit(cli.Run(newCommand()))
+}
+
+// serveOptions are the flags of the server.
+type serveOptions struct {
+	cfg     webhook.Config
+	envMode string
+}
+
+func newServeOptions() *serveOptions {
+	cfg := webhook.DefaultConfig()
+	cfg.CertFile = "/etc/gpu-webhook/tls/tls.crt"
+	cfg.KeyFile = "/etc/gpu-webhook/tls/tls.key"
+	return &serveOptions{cfg: cfg, envMode: string(cfg.EnvMode)}
+}
+
+func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.cfg.Addr, "listen-address", o.cfg.Addr, "host:port the HTTPS server listens on (/mutate, /validate, /healthz, /readyz, /metrics).")
+	fs.StringVar(&o.cfg.CertFile, "tls-cert-file", o.cfg.CertFile, "PEM serving certificate; re-read when it changes (a rotated Secret needs no restart).")
+	fs.StringVar(&o.cfg.KeyFile, "tls-private-key-file", o.cfg.KeyFile, "PEM key of --tls-cert-file.")
+	fs.StringVar(&o.envMode, "visible-devices-env", o.envMode, "Variables pointed at the allocated GPU IDs: cuda (CUDA_VISIBLE_DEVICES), nvidia (NVIDIA_VISIBLE_DEVICES) or both. See docs/webhook.md for which one fits your nodes.")
+	fs.StringSliceVar(&o.cfg.Scheduler.Users, "scheduler-users", o.cfg.Scheduler.Users, "User names that may write the gpu.scheduling/allocated and gpu.scheduling/gpu-ids annotations (the scheduler's service account).")
+	fs.StringSliceVar(&o.cfg.Scheduler.Groups, "scheduler-groups", o.cfg.Scheduler.Groups, "Groups whose members may write the allocation annotations.")
+	fs.Int64Var(&o.cfg.MaxRequestBytes, "max-request-bytes", o.cfg.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
+	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace-period", o.cfg.ShutdownGrace, "How long in-flight requests may finish after SIGTERM.")
+}
+
+func newCommand() *cobra.Command {
+	o := newServeOptions()
+	cmd := &cobra.Command{
+		Use:   "gpu-webhook",
+		Short: "Admission webhook of the gpu-scheduler: visible-devices injection and the allocation guard",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			mode, err := webhook.ParseEnvMode(o.envMode)
+			if err != nil {
+				return err
+			}
+			o.cfg.EnvMode = mode
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			ctx = klog.NewContext(ctx, klog.Background())
+			s, err := webhook.New(o.cfg)
+			if err != nil {
+				return err
+			}
+			return s.Run(ctx)
+		},
+	}
+	o.addFlags(cmd.Flags())
+	cmd.CompletionOptions.DisableDefaultCmd = true
+	cmd.AddCommand(newRenderCommand())
+	return cmd
+}
+
+func newRenderCommand() *cobra.Command {
+	var (
+		opts         manifests.Options
+		caFile       string
+		svcName      string
+		svcNamespace string
+		svcPort      int32
+	)
+	cmd := &cobra.Command{
+		Use:   "render",
+		Short: "Print the MutatingWebhookConfiguration and ValidatingWebhookConfiguration as YAML",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ca, err := os.ReadFile(caFile)
+			if err != nil {
+				return fmt.Errorf("read CA bundle: %w", err)
+			}
+			opts.CABundle = ca
+			if svcName != "" {
+				ns := svcNamespace
+				if ns == "" {
+					ns = opts.Namespace
+				}
+				opts.Service = &manifests.ServiceRef{Namespace: ns, Name: svcName, Port: svcPort}
+			}
+			out, err := manifests.RenderYAML(opts)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&opts.Name, "name", manifests.DefaultName, "Name of both configuration objects.")
+	fs.StringVar(&opts.Namespace, "namespace", "gpu-scheduler", "Namespace the webhook runs in; excluded from the webhooks together with kube-system.")
+	fs.StringVar(&caFile, "ca-bundle-file", "", "PEM CA that signed the webhook's serving certificate.")
+	fs.StringVar(&opts.URL, "url", "", "Base URL (https://host:port) of a webhook outside the cluster; exclusive with --service-name.")
+	fs.StringVar(&svcName, "service-name", "", "Service in front of the webhook.")
+	fs.StringVar(&svcNamespace, "service-namespace", "", "Namespace of the Service; --namespace when empty.")
+	fs.Int32Var(&svcPort, "service-port", 443, "Port of the Service.")
+	fs.Int32Var(&opts.TimeoutSeconds, "timeout-seconds", manifests.DefaultTimeoutSeconds, "Per-call timeout the apiserver applies.")
+	fs.StringSliceVar(&opts.ExcludeNamespaces, "exclude-namespaces", nil, "More namespaces the webhooks skip.")
+	_ = cmd.MarkFlagRequired("ca-bundle-file")
+	return cmd
+}

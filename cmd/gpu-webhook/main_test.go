@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest"
+)
+
+func TestRender(t *testing.T) {
+	ca, err := webhooktest.NewCA("render-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"render", "--ca-bundle-file", caFile, "--namespace", "gpu-system", "--service-name", "gpu-webhook"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"kind: MutatingWebhookConfiguration", "kind: ValidatingWebhookConfiguration",
+		"namespace: gpu-system", "name: gpu-webhook", "path: /mutate", "path: /validate", "port: 443",
+		"- gpu-system",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestServeRejectsBadFlags(t *testing.T) {
+	cmd := newCommand()
+	cmd.SetArgs([]string{"--visible-devices-env", "rocm"})
+	if err := cmd.Execute(); err == nil || err.Error() != `visible devices env "rocm" is not one of cuda, nvidia, both` {
+		t.Errorf("got %v", err)
+	}
+	cmd = newCommand()
+	cmd.SetArgs([]string{"--tls-cert-file", "/nonexistent.crt"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "load serving certificate /nonexistent.crt") {
+		t.Errorf("got %v", err)
+	}
+}
