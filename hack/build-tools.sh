@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds the real control-plane parts that sim/cluster runs — kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl and helm — from the Go
+# module proxy into _output/bin. Prebuilt downloads do not work on our machines, so everything is
+# compiled. A stamp file keyed on the pinned versions (and the go.mod/go.sum that pin them) makes a
+# second run a no-op; change a version below or in a tools go.mod and the next run rebuilds.
+#
+#   hack/build-tools.sh          build what is missing or stale
+#   FORCE=1 hack/build-tools.sh  rebuild everything
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+# The pins. Kubernetes and etcd are pinned by hack/tools/go.mod and hack/tools/etcd/go.mod (the
+# versions here only feed the version ldflags and the stamp); kwok and helm by `go install @v`.
+K8S_VERSION=v1.36.3
+ETCD_VERSION=v3.6.8
+KWOK_VERSION=v0.8.0
+HELM_VERSION=v3.22.0
+
+bin="$root/_output/bin"
+stamp="$bin/.control-plane-tools.stamp"
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl helm)
+mkdir -p "$bin"
+
+want=$(
+	echo "k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION $(go env GOVERSION)"
+	cat hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/go.mod hack/tools/etcd/go.sum | sha256sum
+)
+missing=()
+for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
+if [ -z "${FORCE:-}" ] && [ ${#missing[@]} -eq 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+	echo "tools: up to date in _output/bin (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION)"
+	exit 0
+fi
+rm -f "$stamp"
+
+avail_kb=$(df -Pk "$(go env GOCACHE | xargs dirname)" | awk 'NR==2 {print $4}')
+if [ "${avail_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
+	echo "tools: only $((avail_kb / 1024)) MiB free for the Go caches; a cold build needs ~8 GiB (free some disk)" >&2
+	exit 1
+fi
+
+export CGO_ENABLED=0
+# Without the version ldflags the binaries call themselves v0.0.0-master, and tools that read
+# --version (kwokctl, kubectl version skew checks) pick the wrong behaviour.
+minor=${K8S_VERSION#v1.}
+minor=${minor%%.*}
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+	k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+start=$SECONDS
+
+# Fetch every module first and concurrently: downloads are network-bound, the compiles below are
+# CPU-bound, and on 2 cores overlapping two compiles buys nothing but memory pressure.
+(cd hack/tools && go mod download) >"$logs/dl-k8s" 2>&1 &
+(cd hack/tools/etcd && go mod download) >"$logs/dl-etcd" 2>&1 &
+# `go install pkg@version` resolves and downloads before it compiles; `-n` stops after resolution.
+GOBIN="$logs/none" go install -n "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >"$logs/dl-kwok" 2>&1 &
+GOBIN="$logs/none" go install -n "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >"$logs/dl-helm" 2>&1 &
+fail=0
+for job in $(jobs -p); do wait "$job" || fail=1; done
+if [ $fail -ne 0 ]; then
+	cat "$logs"/dl-* >&2
+	echo "tools: downloading modules from the Go module proxy failed (see above)" >&2
+	exit 1
+fi
+echo "tools: modules downloaded in $((SECONDS - start))s"
+
+step() { # name, command...: runs one build step and reports its duration
+	local name=$1 t=$SECONDS
+	shift
+	if ! "$@"; then
+		echo "tools: building $name failed" >&2
+		exit 1
+	fi
+	echo "tools: $name built in $((SECONDS - t))s"
+}
+
+# The four Kubernetes binaries in one `go build` so shared packages compile once.
+step "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ($K8S_VERSION)" \
+	bash -c "cd hack/tools && go build -trimpath -ldflags '$k8s_ldflags' -o '$bin/' \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
+step "etcd ($ETCD_VERSION)" \
+	bash -c "cd hack/tools/etcd && go build -trimpath -ldflags '-s -w' -o '$bin/etcd' go.etcd.io/etcd/server/v3"
+step "kwok, kwokctl ($KWOK_VERSION)" \
+	env GOBIN="$bin" go install -trimpath -ldflags "-s -w" \
+	"sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+step "helm ($HELM_VERSION)" \
+	env GOBIN="$bin" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+
+echo "$want" >"$stamp"
+echo "tools: all built into _output/bin in $((SECONDS - start))s"

@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func sleepBinary(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep binary")
+	}
+	return p
+}
+
+func TestProcessStartAndStopByPID(t *testing.T) {
+	sp := newSpawner()
+	log := filepath.Join(t.TempDir(), "sleep.log")
+	p, err := startProcess(sp, "sleeper", sleepBinary(t), []string{"300"}, nil, t.TempDir(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !alive(p.pid, p.startTime) || p.startTime == 0 {
+		t.Fatalf("started process %d not alive (start time %d)", p.pid, p.startTime)
+	}
+	if pgid, err := syscall.Getpgid(p.pid); err != nil || pgid != p.pid {
+		t.Errorf("process group %d, %v: want its own group %d", pgid, err, p.pid)
+	}
+	if err := p.stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if alive(p.pid, p.startTime) || p.running() {
+		t.Fatalf("process %d still alive after stop", p.pid)
+	}
+	sp.close()
+}
+
+func TestProcessExitErrorCarriesLogTail(t *testing.T) {
+	sp := newSpawner()
+	defer sp.close()
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	log := filepath.Join(t.TempDir(), "fail.log")
+	p, err := startProcess(sp, "failing", sh, []string{"-c", "echo first; echo bind: address already in use; exit 3"}, nil, t.TempDir(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("process did not exit")
+	}
+	msg := p.exitError().Error()
+	for _, want := range []string{"failing", "exit status 3", "address already in use", log} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("exit error %q lacks %q", msg, want)
+		}
+	}
+	c := &Cluster{cfg: Config{Name: "t"}}
+	if err := c.failed(p); !strings.Contains(err.Error(), "port in use") {
+		t.Errorf("bind failure not classified as a port race: %v", err)
+	}
+}
+
+func TestKillRecordedLeavesReusedPIDAlone(t *testing.T) {
+	cmd := exec.Command(sleepBinary(t), "300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() { _ = cmd.Process.Kill(); <-exited }()
+	st, err := procStartTime(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A record with another start time stands for an earlier process that had this PID.
+	if err := killRecorded(cmd.Process.Pid, st+1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		t.Fatal("killRecorded killed a process whose start time did not match")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := killRecorded(cmd.Process.Pid, st, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("killRecorded did not stop the recorded process")
+	}
+}
+
+func TestRSSAndTail(t *testing.T) {
+	rss, err := rssBytes(os.Getpid())
+	if err != nil || rss <= 0 {
+		t.Fatalf("rss of self: %d, %v", rss, err)
+	}
+	path := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(path, []byte("a\nb\nc\nd\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := tailFile(path, 2); got != "c\nd" {
+		t.Errorf("tail: %q", got)
+	}
+	if got := tailFile(filepath.Join(t.TempDir(), "missing"), 2); !strings.Contains(got, "cannot read") {
+		t.Errorf("tail of missing file: %q", got)
+	}
+}
