@@ -80,7 +80,8 @@ func FuzzMutatePod(f *testing.F) {
 	f.Add(uint8(0), "")
 	f.Add(uint8(0), "|")
 	f.Add(uint8(1), "A=1;CUDA_VISIBLE_DEVICES=0|+NVIDIA_VISIBLE_DEVICES=all")
-	f.Add(uint8(2), "CUDA_VISIBLE_DEVICES@;B=$(CUDA_VISIBLE_DEVICES)|CUDA_VISIBLE_DEVICES@;CUDA_VISIBLE_DEVICES@")
+	f.Add(uint8(2), "CUDA_VISIBLE_DEVICES@;CUDA_DEVICE_ORDER@;B=$(CUDA_VISIBLE_DEVICES)|CUDA_VISIBLE_DEVICES@;CUDA_VISIBLE_DEVICES@")
+	f.Add(uint8(0), "CUDA_DEVICE_ORDER=FASTEST_FIRST;CUDA_VISIBLE_DEVICES@")
 	f.Add(uint8(2), "+;|NVIDIA_VISIBLE_DEVICES@;X=y;CUDA_VISIBLE_DEVICES=3")
 	f.Fuzz(func(t *testing.T, modeSel uint8, spec string) {
 		// Objects reach the webhook as JSON, which cannot carry invalid UTF-8.
@@ -97,7 +98,12 @@ func FuzzMutatePod(f *testing.F) {
 				switch {
 				case v == "":
 				case strings.HasSuffix(v, "@"):
-					vars = append(vars, visibleDevicesEnv(strings.TrimSuffix(v, "@")))
+					name := strings.TrimSuffix(v, "@")
+					if w, ok := managedVar(mode, name); ok {
+						vars = append(vars, w)
+					} else {
+						vars = append(vars, visibleDevicesEnv(name))
+					}
 				default:
 					name, value, _ := strings.Cut(v, "=")
 					vars = append(vars, corev1.EnvVar{Name: name, Value: value})
@@ -118,7 +124,7 @@ func FuzzMutatePod(f *testing.F) {
 		for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 			for _, c := range cs {
 				for _, e := range c.Env {
-					if slices.Contains(mode.Names(), e.Name) && !equality.Semantic.DeepEqual(e, visibleDevicesEnv(e.Name)) {
+					if w, ok := managedVar(mode, e.Name); ok && !equality.Semantic.DeepEqual(e, w) {
 						wantWarnings++
 					}
 				}
@@ -134,6 +140,15 @@ func FuzzMutatePod(f *testing.F) {
 			}
 		}
 	})
+}
+
+func managedVar(mode EnvMode, name string) (corev1.EnvVar, bool) {
+	for _, w := range mode.Env() {
+		if w.Name == name {
+			return w, true
+		}
+	}
+	return corev1.EnvVar{}, false
 }
 
 func others(env []corev1.EnvVar, mode EnvMode) []corev1.EnvVar {
@@ -152,19 +167,19 @@ func checkMutated(t *testing.T, pod *corev1.Pod, mode EnvMode) {
 	t.Helper()
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i, c := range cs {
-			for _, name := range mode.Names() {
+			for _, w := range mode.Env() {
 				n := 0
 				for _, e := range c.Env {
-					if e.Name != name {
+					if e.Name != w.Name {
 						continue
 					}
 					n++
-					if !equality.Semantic.DeepEqual(e, visibleDevicesEnv(name)) {
-						t.Errorf("container %d: %s is %+v after the patch", i, name, e)
+					if !equality.Semantic.DeepEqual(e, w) {
+						t.Errorf("container %d: %s is %+v after the patch", i, w.Name, e)
 					}
 				}
 				if n != 1 {
-					t.Errorf("container %d has %s %d times after the patch", i, name, n)
+					t.Errorf("container %d has %s %d times after the patch", i, w.Name, n)
 				}
 			}
 		}

@@ -27,8 +27,14 @@ const (
 const (
 	// EnvCUDAVisibleDevices restricts which GPUs the CUDA runtime enumerates.
 	EnvCUDAVisibleDevices = "CUDA_VISIBLE_DEVICES"
+	// EnvCUDADeviceOrder is how CUDA numbers GPUs. Its default, FASTEST_FIRST, need not match
+	// the host (NVML, PCI bus) numbering the allocation uses; PCI_BUS_ID does.
+	EnvCUDADeviceOrder = "CUDA_DEVICE_ORDER"
 	// EnvNVIDIAVisibleDevices tells the NVIDIA container runtime which GPUs to expose.
 	EnvNVIDIAVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+
+	// CUDADeviceOrderPCIBus makes CUDA number GPUs as NVML and the scheduler do.
+	CUDADeviceOrderPCIBus = "PCI_BUS_ID"
 )
 
 // ParseEnvMode parses the value of --visible-devices-env.
@@ -40,16 +46,28 @@ func ParseEnvMode(s string) (EnvMode, error) {
 	return "", fmt.Errorf("visible devices env %q is not one of %s, %s, %s", s, EnvModeCUDA, EnvModeNVIDIA, EnvModeBoth)
 }
 
-// Names returns the variables the mode sets, in the order they are injected.
-func (m EnvMode) Names() []string {
+// Env returns the variables the mode sets, in the order they are injected. Host GPU IDs in
+// CUDA_VISIBLE_DEVICES are NVML indices (PCI bus order), so CUDA must count the same way.
+func (m EnvMode) Env() []corev1.EnvVar {
+	cuda := []corev1.EnvVar{visibleDevicesEnv(EnvCUDAVisibleDevices), {Name: EnvCUDADeviceOrder, Value: CUDADeviceOrderPCIBus}}
 	switch m {
 	case EnvModeNVIDIA:
-		return []string{EnvNVIDIAVisibleDevices}
+		return []corev1.EnvVar{visibleDevicesEnv(EnvNVIDIAVisibleDevices)}
 	case EnvModeBoth:
-		return []string{EnvCUDAVisibleDevices, EnvNVIDIAVisibleDevices}
+		return append(cuda, visibleDevicesEnv(EnvNVIDIAVisibleDevices))
 	default:
-		return []string{EnvCUDAVisibleDevices}
+		return cuda
 	}
+}
+
+// Names returns the names of Env.
+func (m EnvMode) Names() []string {
+	env := m.Env()
+	names := make([]string, len(env))
+	for i, e := range env {
+		names[i] = e.Name
+	}
+	return names
 }
 
 // GPUIDsFieldPath is the Downward API field path of the annotation the scheduler fills with
@@ -67,6 +85,15 @@ func visibleDevicesEnv(name string) corev1.EnvVar {
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: GPUIDsFieldPath},
 		},
 	}
+}
+
+// replacedWarning tells the user why their value of a variable was replaced.
+func replacedWarning(field string, i, j int, name string) string {
+	why := "the gpu-scheduler sets it to the allocated GPUs"
+	if name == EnvCUDADeviceOrder {
+		why = "the gpu-scheduler sets PCI_BUS_ID so GPU IDs match the host's"
+	}
+	return fmt.Sprintf("spec.%s[%d].env[%d]: %s from the pod was replaced: %s", field, i, j, name, why)
 }
 
 // WantsGPUs reports whether the webhook mutates the pod: it names a GpuClaim or asks for the
@@ -95,10 +122,7 @@ func MutatePod(pod *corev1.Pod, mode EnvMode) Mutation {
 	if !WantsGPUs(pod) {
 		return m
 	}
-	want := make([]corev1.EnvVar, 0, 2)
-	for _, name := range mode.Names() {
-		want = append(want, visibleDevicesEnv(name))
-	}
+	want := mode.Env()
 	for i := range pod.Spec.InitContainers {
 		m.container("initContainers", i, pod.Spec.InitContainers[i].Env, want)
 	}
@@ -135,8 +159,7 @@ func (m *Mutation) container(field string, i int, env []corev1.EnvVar, want []co
 		seen[e.Name]++
 		if !equality.Semantic.DeepEqual(e, w) {
 			foreign = true
-			m.Warnings = append(m.Warnings, fmt.Sprintf("spec.%s[%d].env[%d]: %s set in the pod was replaced by the GPUs the gpu-scheduler allocates",
-				field, i, j, e.Name))
+			m.Warnings = append(m.Warnings, replacedWarning(field, i, j, e.Name))
 		}
 	}
 	if !foreign {

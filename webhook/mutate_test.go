@@ -15,6 +15,7 @@ import (
 var (
 	cudaRef   = visibleDevicesEnv(EnvCUDAVisibleDevices)
 	nvidiaRef = visibleDevicesEnv(EnvNVIDIAVisibleDevices)
+	order     = corev1.EnvVar{Name: EnvCUDADeviceOrder, Value: CUDADeviceOrderPCIBus}
 )
 
 func env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
@@ -63,6 +64,13 @@ func applyPatch(t testing.TB, pod *corev1.Pod, ops []PatchOp) *corev1.Pod {
 func TestMutatePod(t *testing.T) {
 	user := env("EPOCHS", "3")
 	userDep := env("LOG", "$(CUDA_VISIBLE_DEVICES)")
+	// What cuda mode adds, and the operations that put it in front of an existing list.
+	cuda := []corev1.EnvVar{cudaRef, order}
+	prepend := func(c int) []PatchOp {
+		p := "/spec/containers/" + index(c) + "/env/0"
+		return []PatchOp{{Op: "add", Path: p, Value: order}, {Op: "add", Path: p, Value: cudaRef}}
+	}
+	with := func(a []corev1.EnvVar, b ...corev1.EnvVar) []corev1.EnvVar { return append(append([]corev1.EnvVar{}, a...), b...) }
 	tests := []struct {
 		name string
 		pod  *corev1.Pod
@@ -76,24 +84,21 @@ func TestMutatePod(t *testing.T) {
 		{
 			name:      "one container without env gets the whole list",
 			pod:       gpuPod(nil),
-			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}}},
-			wantEnv:   [][]corev1.EnvVar{{cudaRef}},
+			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: cuda}},
+			wantEnv:   [][]corev1.EnvVar{cuda},
 		},
 		{
 			name:      "an empty env list is replaced by add",
 			pod:       gpuPod([]corev1.EnvVar{}),
-			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}}},
-			wantEnv:   [][]corev1.EnvVar{{cudaRef}},
+			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: cuda}},
+			wantEnv:   [][]corev1.EnvVar{cuda},
 		},
 		{
 			name: "several containers each get it",
 			pod:  gpuPod(nil, []corev1.EnvVar{user}, nil),
-			wantPatch: []PatchOp{
-				{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}},
-				{Op: "add", Path: "/spec/containers/1/env/0", Value: cudaRef},
-				{Op: "add", Path: "/spec/containers/2/env", Value: []corev1.EnvVar{cudaRef}},
-			},
-			wantEnv: [][]corev1.EnvVar{{cudaRef}, {cudaRef, user}, {cudaRef}},
+			wantPatch: append(append([]PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: cuda}}, prepend(1)...),
+				PatchOp{Op: "add", Path: "/spec/containers/2/env", Value: cuda}),
+			wantEnv: [][]corev1.EnvVar{cuda, with(cuda, user), cuda},
 		},
 		{
 			name: "init containers too, before the containers",
@@ -103,48 +108,51 @@ func TestMutatePod(t *testing.T) {
 				return p
 			}(),
 			wantPatch: []PatchOp{
-				{Op: "add", Path: "/spec/initContainers/0/env", Value: []corev1.EnvVar{cudaRef}},
+				{Op: "add", Path: "/spec/initContainers/0/env", Value: cuda},
+				{Op: "add", Path: "/spec/initContainers/1/env/0", Value: order},
 				{Op: "add", Path: "/spec/initContainers/1/env/0", Value: cudaRef},
-				{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}},
+				{Op: "add", Path: "/spec/containers/0/env", Value: cuda},
 			},
-			wantInitEnv: [][]corev1.EnvVar{{cudaRef}, {cudaRef, user}},
-			wantEnv:     [][]corev1.EnvVar{{cudaRef}},
+			wantInitEnv: [][]corev1.EnvVar{cuda, with(cuda, user)},
+			wantEnv:     [][]corev1.EnvVar{cuda},
 		},
 		{
 			name:      "existing env keeps its variables, ours go first so $(CUDA_VISIBLE_DEVICES) expands",
 			pod:       gpuPod([]corev1.EnvVar{user, userDep}),
-			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env/0", Value: cudaRef}},
-			wantEnv:   [][]corev1.EnvVar{{cudaRef, user, userDep}},
+			wantPatch: prepend(0),
+			wantEnv:   [][]corev1.EnvVar{with(cuda, user, userDep)},
 		},
 		{
 			name:         "a user-set CUDA_VISIBLE_DEVICES is replaced with a warning",
 			pod:          gpuPod([]corev1.EnvVar{user, env(EnvCUDAVisibleDevices, "0,1,2,3,4,5,6,7"), userDep}),
-			wantPatch:    []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef, user, userDep}}},
-			wantEnv:      [][]corev1.EnvVar{{cudaRef, user, userDep}},
-			wantWarnings: []string{"spec.containers[0].env[1]: CUDA_VISIBLE_DEVICES set in the pod was replaced by the GPUs the gpu-scheduler allocates"},
+			wantPatch:    []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: with(cuda, user, userDep)}},
+			wantEnv:      [][]corev1.EnvVar{with(cuda, user, userDep)},
+			wantWarnings: []string{"spec.containers[0].env[1]: CUDA_VISIBLE_DEVICES from the pod was replaced: the gpu-scheduler sets it to the allocated GPUs"},
 		},
 		{
 			name: "a user-set valueFrom is replaced too, and each copy is warned about",
 			pod: gpuPod([]corev1.EnvVar{
 				{Name: EnvCUDAVisibleDevices, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['mine']"}}},
 				env(EnvCUDAVisibleDevices, "3"),
+				env(EnvCUDADeviceOrder, "FASTEST_FIRST"),
 			}),
-			wantPatch: []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}}},
-			wantEnv:   [][]corev1.EnvVar{{cudaRef}},
+			wantPatch: []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: cuda}},
+			wantEnv:   [][]corev1.EnvVar{cuda},
 			wantWarnings: []string{
-				"spec.containers[0].env[0]: CUDA_VISIBLE_DEVICES set in the pod was replaced by the GPUs the gpu-scheduler allocates",
-				"spec.containers[0].env[1]: CUDA_VISIBLE_DEVICES set in the pod was replaced by the GPUs the gpu-scheduler allocates",
+				"spec.containers[0].env[0]: CUDA_VISIBLE_DEVICES from the pod was replaced: the gpu-scheduler sets it to the allocated GPUs",
+				"spec.containers[0].env[1]: CUDA_VISIBLE_DEVICES from the pod was replaced: the gpu-scheduler sets it to the allocated GPUs",
+				"spec.containers[0].env[2]: CUDA_DEVICE_ORDER from the pod was replaced: the gpu-scheduler sets PCI_BUS_ID so GPU IDs match the host's",
 			},
 		},
 		{
 			name:      "a duplicate of our own variable is collapsed without a warning",
-			pod:       gpuPod([]corev1.EnvVar{cudaRef, user, cudaRef}),
-			wantPatch: []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef, user}}},
-			wantEnv:   [][]corev1.EnvVar{{cudaRef, user}},
+			pod:       gpuPod(with(cuda, user, cudaRef)),
+			wantPatch: []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: with(cuda, user)}},
+			wantEnv:   [][]corev1.EnvVar{with(cuda, user)},
 		},
 		{
-			name: "already mutated: no patch, wherever a later webhook moved our variable",
-			pod:  gpuPod([]corev1.EnvVar{cudaRef, user}, []corev1.EnvVar{user, cudaRef}),
+			name: "already mutated: no patch, wherever a later webhook moved our variables",
+			pod:  gpuPod(with(cuda, user), []corev1.EnvVar{order, user, cudaRef}),
 		},
 		{
 			name: "a pod without a claim or our scheduler is untouched",
@@ -159,15 +167,15 @@ func TestMutatePod(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Name: "cpu", Namespace: "ml"},
 				Spec:       corev1.PodSpec{SchedulerName: gpuv1.SchedulerName, Containers: []corev1.Container{{Name: "c"}}},
 			},
-			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef}}},
-			wantEnv:   [][]corev1.EnvVar{{cudaRef}},
+			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: cuda}},
+			wantEnv:   [][]corev1.EnvVar{cuda},
 		},
 		{
-			name:      "nvidia mode sets NVIDIA_VISIBLE_DEVICES and leaves the user's CUDA_VISIBLE_DEVICES alone",
+			name:      "nvidia mode sets NVIDIA_VISIBLE_DEVICES and leaves the user's CUDA variables alone",
 			mode:      EnvModeNVIDIA,
-			pod:       gpuPod([]corev1.EnvVar{env(EnvCUDAVisibleDevices, "0")}),
+			pod:       gpuPod([]corev1.EnvVar{env(EnvCUDAVisibleDevices, "0"), env(EnvCUDADeviceOrder, "FASTEST_FIRST")}),
 			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env/0", Value: nvidiaRef}},
-			wantEnv:   [][]corev1.EnvVar{{nvidiaRef, env(EnvCUDAVisibleDevices, "0")}},
+			wantEnv:   [][]corev1.EnvVar{{nvidiaRef, env(EnvCUDAVisibleDevices, "0"), env(EnvCUDADeviceOrder, "FASTEST_FIRST")}},
 		},
 		{
 			name:         "nvidia mode replaces a user-set NVIDIA_VISIBLE_DEVICES=all",
@@ -175,25 +183,26 @@ func TestMutatePod(t *testing.T) {
 			pod:          gpuPod([]corev1.EnvVar{env(EnvNVIDIAVisibleDevices, "all")}),
 			wantPatch:    []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{nvidiaRef}}},
 			wantEnv:      [][]corev1.EnvVar{{nvidiaRef}},
-			wantWarnings: []string{"spec.containers[0].env[0]: NVIDIA_VISIBLE_DEVICES set in the pod was replaced by the GPUs the gpu-scheduler allocates"},
+			wantWarnings: []string{"spec.containers[0].env[0]: NVIDIA_VISIBLE_DEVICES from the pod was replaced: the gpu-scheduler sets it to the allocated GPUs"},
 		},
 		{
-			name: "both mode adds both, CUDA first",
+			name: "both mode adds all three, in order",
 			mode: EnvModeBoth,
 			pod:  gpuPod(nil, []corev1.EnvVar{user}),
 			wantPatch: []PatchOp{
-				{Op: "add", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef, nvidiaRef}},
+				{Op: "add", Path: "/spec/containers/0/env", Value: with(cuda, nvidiaRef)},
 				{Op: "add", Path: "/spec/containers/1/env/0", Value: nvidiaRef},
+				{Op: "add", Path: "/spec/containers/1/env/0", Value: order},
 				{Op: "add", Path: "/spec/containers/1/env/0", Value: cudaRef},
 			},
-			wantEnv: [][]corev1.EnvVar{{cudaRef, nvidiaRef}, {cudaRef, nvidiaRef, user}},
+			wantEnv: [][]corev1.EnvVar{with(cuda, nvidiaRef), with(cuda, nvidiaRef, user)},
 		},
 		{
 			name:      "switching from cuda to both adds the missing one",
 			mode:      EnvModeBoth,
-			pod:       gpuPod([]corev1.EnvVar{cudaRef, user}),
-			wantPatch: []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: []corev1.EnvVar{cudaRef, nvidiaRef, user}}},
-			wantEnv:   [][]corev1.EnvVar{{cudaRef, nvidiaRef, user}},
+			pod:       gpuPod(with(cuda, user)),
+			wantPatch: []PatchOp{{Op: "replace", Path: "/spec/containers/0/env", Value: with(cuda, nvidiaRef, user)}},
+			wantEnv:   [][]corev1.EnvVar{with(cuda, nvidiaRef, user)},
 		},
 	}
 	for _, tc := range tests {
@@ -248,7 +257,8 @@ func TestMutatePodPatchJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"op":"add","path":"/spec/containers/0/env","value":[{"name":"CUDA_VISIBLE_DEVICES","valueFrom":{"fieldRef":{"apiVersion":"v1","fieldPath":"metadata.annotations['gpu.scheduling/gpu-ids']"}}}]},` +
+	want := `[{"op":"add","path":"/spec/containers/0/env","value":[{"name":"CUDA_VISIBLE_DEVICES","valueFrom":{"fieldRef":{"apiVersion":"v1","fieldPath":"metadata.annotations['gpu.scheduling/gpu-ids']"}}},{"name":"CUDA_DEVICE_ORDER","value":"PCI_BUS_ID"}]},` +
+		`{"op":"add","path":"/spec/containers/1/env/0","value":{"name":"CUDA_DEVICE_ORDER","value":"PCI_BUS_ID"}},` +
 		`{"op":"add","path":"/spec/containers/1/env/0","value":{"name":"CUDA_VISIBLE_DEVICES","valueFrom":{"fieldRef":{"apiVersion":"v1","fieldPath":"metadata.annotations['gpu.scheduling/gpu-ids']"}}}}]`
 	if string(got) != want {
 		t.Errorf("patch JSON:\n got %s\nwant %s", got, want)

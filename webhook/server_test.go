@@ -17,6 +17,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/component-base/metrics/testutil"
@@ -102,10 +103,10 @@ func TestHandlerMutate(t *testing.T) {
 		t.Fatalf("patch %s: %v", resp.Patch, err)
 	}
 	got := applyPatch(t, pod, ops)
-	if len(got.Spec.Containers[0].Env) != 1 || got.Spec.Containers[0].Env[0].ValueFrom == nil {
+	if !equality.Semantic.DeepEqual(got.Spec.Containers[0].Env, EnvModeCUDA.Env()) {
 		t.Errorf("env after patch: %+v", got.Spec.Containers[0].Env)
 	}
-	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "CUDA_VISIBLE_DEVICES set in the pod was replaced") {
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "CUDA_VISIBLE_DEVICES from the pod was replaced") {
 		t.Errorf("warnings %q", resp.Warnings)
 	}
 
