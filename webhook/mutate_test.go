@@ -70,7 +70,9 @@ func TestMutatePod(t *testing.T) {
 		p := "/spec/containers/" + index(c) + "/env/0"
 		return []PatchOp{{Op: "add", Path: p, Value: order}, {Op: "add", Path: p, Value: cudaRef}}
 	}
-	with := func(a []corev1.EnvVar, b ...corev1.EnvVar) []corev1.EnvVar { return append(append([]corev1.EnvVar{}, a...), b...) }
+	with := func(a []corev1.EnvVar, b ...corev1.EnvVar) []corev1.EnvVar {
+		return append(append([]corev1.EnvVar{}, a...), b...)
+	}
 	tests := []struct {
 		name string
 		pod  *corev1.Pod
