@@ -3,6 +3,7 @@ package gpuclaim
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -28,11 +29,35 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 			metrics.IslandLocalAllocations.Inc()
 		}
 	}
+	p.releaseStale(ctx, pod, s.leases)
 	alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
 	msg := fmt.Sprintf("GPUs %s on node %s allocated to pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name)
 	if err := p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
 		setAllocation(st, apiv1.ClaimBound, pod, alloc, msg)
 	}); err != nil {
 		klog.FromContext(ctx).Error(err, "Recording the claim as Bound", "claim", s.key, "pod", klog.KObj(pod))
+	}
+}
+
+// releaseStale frees leases that name the pod but are not the ones it was just bound with:
+// leftovers of an attempt whose scheduler crashed between PreBind and Bind. Without this they
+// would stay held until the pod goes away.
+func (p *Plugin) releaseStale(ctx context.Context, pod *v1.Pod, keep []string) {
+	leases, err := p.leasesOf(pod.UID)
+	if err != nil {
+		return
+	}
+	for _, l := range leases {
+		if slices.Contains(keep, l.Name) {
+			continue
+		}
+		if err := p.releaseLease(ctx, l.Name, pod.UID); err != nil {
+			klog.FromContext(ctx).Error(err, "Releasing a stale GPU lease", "pod", klog.KObj(pod), "lease", l.Name)
+			continue
+		}
+		if ref, ok := parseLease(l); ok {
+			p.ledger.remove(pod.UID, ref.node, []int{ref.gpu}, fromLease)
+		}
+		metrics.LeasesReleased.Inc()
 	}
 }

@@ -1,0 +1,73 @@
+//go:build integration
+
+package integration
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+)
+
+// TestCRDRejectsBadClaims applies bad GpuClaims to the real apiserver, as kubectl apply would,
+// and checks each is rejected with a message a user understands.
+func TestCRDRejectsBadClaims(t *testing.T) {
+	ns := namespace(t, "crd")
+	dyn, err := dynamic.NewForConfig(env.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := dyn.Resource(schema.GroupVersionResource{Group: "gpu.scheduling", Version: "v1", Resource: "gpuclaims"}).Namespace(ns)
+	tests := []struct {
+		name string
+		spec string
+		want string // empty: accepted
+	}{
+		{"minimal", `devices: {count: 1}`, ""},
+		{"seed example", `{devices: {count: 4, policy: contiguous, exclusivity: Exclusive}, topology: {mode: Preferred, minBandwidthGBps: 600}, selector: {matchLabels: {gpu-type: a100}}}`, ""},
+		{"count 0", `devices: {count: 0}`, "spec.devices.count: Invalid value: 0: spec.devices.count in body should be greater than or equal to 1"},
+		{"count too big", `devices: {count: 65}`, "spec.devices.count: Invalid value: 65: spec.devices.count in body should be less than or equal to 64"},
+		{"missing count", `devices: {policy: spread}`, "spec.devices.count: Required value"},
+		{"missing devices", `gangRef: x`, "spec.devices: Required value"},
+		{"unknown policy", `devices: {count: 1, policy: packed}`, `spec.devices.policy: Unsupported value: "packed": supported values: "contiguous", "spread", "preferIds"`},
+		{"unknown exclusivity", `devices: {count: 1, exclusivity: Private}`, `spec.devices.exclusivity: Unsupported value: "Private": supported values: "Exclusive", "Shared", "MIG"`},
+		{"unknown mode", `{devices: {count: 1}, topology: {mode: Always}}`, `spec.topology.mode: Unsupported value: "Always": supported values: "Required", "Preferred", "Ignore"`},
+		{"negative bandwidth", `{devices: {count: 1}, topology: {minBandwidthGBps: -1}}`, "spec.topology.minBandwidthGBps: Invalid value: -1: spec.topology.minBandwidthGBps in body should be greater than or equal to 0"},
+		{"negative preferIds", `devices: {count: 1, policy: preferIds, preferIds: [-1]}`, "spec.devices.preferIds[0]: Invalid value: -1: spec.devices.preferIds[0] in body should be greater than or equal to 0"},
+		{"duplicate preferIds", `devices: {count: 2, policy: preferIds, preferIds: [2, 2]}`, "spec.devices.preferIds: Invalid value: \"array\": preferIds must not repeat a GPU ID"},
+		{"preferIds policy without IDs", `devices: {count: 1, policy: preferIds}`, "preferIds must list at least one GPU ID when policy is preferIds"},
+		{"preferIds without the policy", `devices: {count: 1, preferIds: [1]}`, "preferIds is only used with policy: preferIds"},
+		{"spread with Required", `{devices: {count: 2, policy: spread}, topology: {mode: Required}}`, "policy spread places GPUs across islands and cannot be combined with topology.mode Required"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var spec map[string]any
+			if err := yaml.Unmarshal([]byte(tt.spec), &spec); err != nil {
+				t.Fatal(err)
+			}
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "gpu.scheduling/v1",
+				"kind":       "GpuClaim",
+				"metadata":   map[string]any{"name": "c" + strings.Repeat("x", i)},
+				"spec":       spec,
+			}}
+			_, err := claims.Create(t.Context(), obj, metav1.CreateOptions{})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("valid claim rejected: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("bad claim accepted; want %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v\nwant it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
