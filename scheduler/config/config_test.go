@@ -1,0 +1,39 @@
+package config
+
+import (
+	"encoding/json"
+	"testing"
+
+	schedv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func TestRender(t *testing.T) {
+	out, err := Render(Options{Kubeconfig: "/tmp/kc", QPS: 300, LeaseNamespace: "locks", NodeStrategy: "spread", PluginArgs: map[string]any{"orphanLeaseGraceSeconds": 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg schedv1.KubeSchedulerConfiguration
+	if err := yaml.UnmarshalStrict(out, &cfg); err != nil {
+		t.Fatalf("rendered config does not decode: %v\n%s", err, out)
+	}
+	if cfg.ClientConnection.Kubeconfig != "/tmp/kc" || cfg.ClientConnection.QPS != 300 || cfg.ClientConnection.Burst != 600 {
+		t.Fatalf("client connection %+v", cfg.ClientConnection)
+	}
+	if cfg.LeaderElection.LeaderElect == nil || *cfg.LeaderElection.LeaderElect {
+		t.Fatal("leader election should be off unless asked for")
+	}
+	args := map[string]any{}
+	for _, p := range cfg.Profiles {
+		for _, pc := range p.PluginConfig {
+			if pc.Name == "GpuClaimPlugin" {
+				if err := json.Unmarshal(pc.Args.Raw, &args); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if args["leaseNamespace"] != "locks" || args["nodeStrategy"] != "spread" || args["orphanLeaseGraceSeconds"] != float64(5) || args["kind"] != "GpuClaimPluginArgs" || args["statusFreshnessSeconds"] != float64(600) {
+		t.Fatalf("plugin args %v", args)
+	}
+}
