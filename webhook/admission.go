@@ -61,18 +61,32 @@ func DecodeReview(data []byte) (*admissionv1.AdmissionReview, error) {
 
 // Mutate answers a /mutate request.
 func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, Outcome) {
-	if req.Resource != podsResource || req.SubResource != "" || req.Kind != podKind {
+	if req.Resource != podsResource || req.Kind != podKind || (req.SubResource != "" && req.SubResource != "ephemeralcontainers") {
 		return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate: expected a v1 Pod, got %s (resource %s, subresource %q)", kindString(req.Kind), resourceString(req.Resource), req.SubResource)), Outcome{}
 	}
-	if req.Operation != admissionv1.Create {
+	var (
+		pod = &corev1.Pod{}
+		m   Mutation
+	)
+	switch {
+	case req.SubResource == "" && req.Operation == admissionv1.Create:
+		if err := decodeObject(req.Object.Raw, pod); err != nil {
+			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{}
+		}
+		m = MutatePod(pod, a.Mode)
+	case req.SubResource == "ephemeralcontainers" && req.Operation == admissionv1.Update:
+		old := &corev1.Pod{}
+		if err := decodeObject(req.Object.Raw, pod); err != nil {
+			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate ephemeral containers of pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{}
+		}
+		if err := decodeObject(req.OldObject.Raw, old); err != nil {
+			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate ephemeral containers of pod %s/%s: old object: %w", req.Namespace, req.Name, err)), Outcome{}
+		}
+		m = MutateEphemeralContainers(old, pod, a.Mode)
+	default:
 		// The spec is immutable after creation: there is nothing to add on other operations.
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Outcome{}
 	}
-	pod := &corev1.Pod{}
-	if err := decodeObject(req.Object.Raw, pod); err != nil {
-		return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{}
-	}
-	m := MutatePod(pod, a.Mode)
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Warnings: m.Warnings}
 	if len(m.Patch) == 0 {
 		return resp, Outcome{}

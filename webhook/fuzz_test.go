@@ -22,6 +22,7 @@ func FuzzDecodeAndAdmit(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"4","kind":{"version":"v1","kind":"Pod"},"resource":{"version":"v1","resource":"pods"},"operation":"CREATE","object":{"spec":{"schedulerName":"gpu-scheduler","containers":[{"env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"},{"name":"CUDA_VISIBLE_DEVICES"}]}]}}}}`))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"5","object":null,"oldObject":7}}`))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"6","kind":{"version":"v1","kind":"Pod"},"resource":{"version":"v1","resource":"pods"},"operation":"CREATE","object":{"spec":{"containers":7}}}}`))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"7","kind":{"version":"v1","kind":"Pod"},"resource":{"version":"v1","resource":"pods"},"subResource":"ephemeralcontainers","operation":"UPDATE","object":{"metadata":{"annotations":{"gpu.scheduling/claim":"c"}},"spec":{"ephemeralContainers":[{"name":"old"},{"name":"new","env":[{"name":"CUDA_VISIBLE_DEVICES","value":"1"}]}]}},"oldObject":{"spec":{"ephemeralContainers":[{"name":"old"}]}}}}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(``))
@@ -64,6 +65,16 @@ func FuzzDecodeAndAdmit(f *testing.F) {
 				t.Fatalf("patch is not JSON patch: %v: %s", err, mr.Patch)
 			}
 			got := applyPatch(t, pod, ops)
+			if review.Request.SubResource == "ephemeralcontainers" {
+				old := &corev1.Pod{}
+				if err := decodeObject(review.Request.OldObject.Raw, old); err != nil {
+					t.Fatalf("a patch was returned for an old object that does not decode: %v", err)
+				}
+				if again := MutateEphemeralContainers(old, got, a.Mode); len(again.Patch) != 0 {
+					t.Fatalf("ephemeral containers not idempotent: %+v", again.Patch)
+				}
+				continue
+			}
 			checkMutated(t, got, a.Mode)
 		}
 	})

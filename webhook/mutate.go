@@ -132,6 +132,28 @@ func MutatePod(pod *corev1.Pod, mode EnvMode) Mutation {
 	return m
 }
 
+// MutateEphemeralContainers computes the patch for an update of the pods/ephemeralcontainers
+// subresource (kubectl debug): the ephemeral containers that oldPod does not have yet get the
+// variables. Existing ephemeral containers are left alone: the apiserver refuses any change to
+// them, and they were mutated when they were added.
+func MutateEphemeralContainers(oldPod, pod *corev1.Pod, mode EnvMode) Mutation {
+	var m Mutation
+	if !WantsGPUs(pod) {
+		return m
+	}
+	existing := make(map[string]bool, len(oldPod.Spec.EphemeralContainers))
+	for _, ec := range oldPod.Spec.EphemeralContainers {
+		existing[ec.Name] = true
+	}
+	want := mode.Env()
+	for i, ec := range pod.Spec.EphemeralContainers {
+		if !existing[ec.Name] {
+			m.container("ephemeralContainers", i, ec.Env, want)
+		}
+	}
+	return m
+}
+
 // container adds the operations for one container's env list. Three cases, chosen so that the
 // common ones produce the smallest patch and no case loses or reorders the user's variables:
 //   - no env list (or an empty one): add the whole list;

@@ -295,3 +295,31 @@ func TestParseEnvMode(t *testing.T) {
 		t.Errorf("ParseEnvMode(CUDA) error = %v", err)
 	}
 }
+
+func TestMutateEphemeralContainers(t *testing.T) {
+	cuda := EnvModeCUDA.Env()
+	old := gpuPod(nil)
+	old.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug-1"}}}
+	pod := old.DeepCopy()
+	pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers,
+		corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug-2", Env: []corev1.EnvVar{env("A", "1")}}})
+	m := MutateEphemeralContainers(old, pod, EnvModeCUDA)
+	want := []PatchOp{
+		{Op: "add", Path: "/spec/ephemeralContainers/1/env/0", Value: order},
+		{Op: "add", Path: "/spec/ephemeralContainers/1/env/0", Value: cudaRef},
+	}
+	if diff := cmp.Diff(want, m.Patch); diff != "" {
+		t.Errorf("patch (-want +got):\n%s (the existing debug-1 must be left alone: the apiserver refuses changes to it)", diff)
+	}
+	got := applyPatch(t, pod, m.Patch)
+	if diff := cmp.Diff(append(cuda, env("A", "1")), got.Spec.EphemeralContainers[1].Env); diff != "" {
+		t.Errorf("env of the new ephemeral container (-want +got):\n%s", diff)
+	}
+	if again := MutateEphemeralContainers(old, got, EnvModeCUDA); len(again.Patch) != 0 {
+		t.Errorf("not idempotent: %+v", again.Patch)
+	}
+	plain := &corev1.Pod{Spec: corev1.PodSpec{EphemeralContainers: pod.Spec.EphemeralContainers}}
+	if m := MutateEphemeralContainers(&corev1.Pod{}, plain, EnvModeCUDA); len(m.Patch) != 0 {
+		t.Errorf("a pod that asks for no GPU was patched: %+v", m.Patch)
+	}
+}

@@ -129,6 +129,30 @@ gpu_webhook_requests_total{code="200",webhook="mutate"} 2
 	}
 }
 
+func TestAdmitterMutateEphemeralContainers(t *testing.T) {
+	a := &Admitter{Mode: EnvModeCUDA, Scheduler: testScheduler}
+	old := gpuPod(nil)
+	pod := old.DeepCopy()
+	pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug"}}}
+	req := request(t, admissionv1.Update, "ephemeralcontainers", "Pod", alice, pod, old)
+	resp, out := a.Mutate(context.Background(), req)
+	if !resp.Allowed || !out.Mutated || string(resp.Patch) == "" {
+		t.Fatalf("response %+v outcome %+v", resp, out)
+	}
+	if !strings.Contains(string(resp.Patch), `"path":"/spec/ephemeralContainers/0/env"`) {
+		t.Errorf("patch %s", resp.Patch)
+	}
+	// A plain pod UPDATE is not mutated (the spec is immutable).
+	resp, out = a.Mutate(context.Background(), request(t, admissionv1.Update, "", "Pod", alice, pod, old))
+	if !resp.Allowed || out.Mutated || resp.Patch != nil {
+		t.Errorf("pod update: %+v", resp)
+	}
+	resp, _ = a.Mutate(context.Background(), request(t, admissionv1.Update, "status", "Pod", alice, pod, old))
+	if resp.Allowed || resp.Result.Message != `mutate: expected a v1 Pod, got /v1, Kind=Pod (resource /v1, Resource=pods, subresource "status")` {
+		t.Errorf("pods/status: %+v", resp.Result)
+	}
+}
+
 func TestHandlerValidateDenialMetric(t *testing.T) {
 	s, _, _ := newTestServer(t)
 	h := s.Handler()

@@ -159,9 +159,13 @@ func Render(o Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    MutatingWebhookName,
-			ClientConfig:            o.clientConfig(webhook.PathMutate),
-			Rules:                   []admissionregistrationv1.RuleWithOperations{podRule(create, "pods")},
+			Name:         MutatingWebhookName,
+			ClientConfig: o.clientConfig(webhook.PathMutate),
+			Rules: []admissionregistrationv1.RuleWithOperations{
+				podRule(create, "pods"),
+				// kubectl debug adds ephemeral containers through this subresource.
+				podRule(update, "pods/ephemeralcontainers"),
+			},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			NamespaceSelector:       nsSelector,
