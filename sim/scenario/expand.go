@@ -1,0 +1,129 @@
+package scenario
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+)
+
+// PodPlan is one pod of an expanded workload.
+type PodPlan struct {
+	// Name of the pod and of its GpuClaim.
+	Name string `json:"name"`
+	// At is the creation offset from the start of the workload.
+	At time.Duration `json:"at"`
+	// Kind is the mix entry's name, or "trace".
+	Kind  string    `json:"kind"`
+	Claim ClaimSpec `json:"claim"`
+	// Duration is the run time once started; 0 runs until the end.
+	Duration time.Duration `json:"duration,omitempty"`
+	// DeleteAt deletes the pod at this offset; 0 never.
+	DeleteAt time.Duration `json:"deleteAt,omitempty"`
+}
+
+// Expand returns the workload's pods ordered by arrival. The result depends only on the
+// scenario (and so its seed): the same file always gives the same list.
+func Expand(s *Scenario) []PodPlan {
+	w := s.Spec.Workload
+	if len(w.Trace) > 0 {
+		out := make([]PodPlan, 0, len(w.Trace))
+		for _, e := range w.Trace {
+			p := PodPlan{Name: e.Name, At: e.At.Duration, Kind: "trace", Duration: e.Duration.Duration}
+			if e.Claim != nil {
+				p.Claim = *e.Claim
+			}
+			if e.DeleteAt != nil {
+				p.DeleteAt = e.DeleteAt.Duration
+			}
+			out = append(out, p)
+		}
+		sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+		return out
+	}
+	// Two streams, so that changing the mix does not move the arrival times.
+	arrivals := rand.New(rand.NewPCG(uint64(s.Spec.Seed), 0x61727269766c)) // "arrivl"
+	choices := rand.New(rand.NewPCG(uint64(s.Spec.Seed), 0x6d6978))        // "mix"
+	var times []time.Duration
+	if a := w.Arrival; a != nil && a.Rate > 0 {
+		t := float64(a.Start.Duration)
+		for i := 0; i < w.Pods; i++ {
+			times = append(times, time.Duration(math.Round(t/1e6))*time.Millisecond)
+			gap := 1 / a.Rate
+			if a.Process == ArrivalPoisson {
+				gap = arrivals.ExpFloat64() / a.Rate
+			}
+			t += gap * float64(time.Second)
+		}
+	}
+	for _, b := range w.Bursts {
+		for range b.Pods {
+			times = append(times, b.At.Duration)
+		}
+	}
+	sort.SliceStable(times, func(i, j int) bool { return times[i] < times[j] })
+	total := 0
+	for _, m := range w.Mix {
+		total += m.Weight
+	}
+	width := len(fmt.Sprint(len(times)))
+	out := make([]PodPlan, 0, len(times))
+	for i, at := range times {
+		m := w.Mix[pick(choices, w.Mix, total)]
+		d := m.Duration.Min.Duration
+		if span := m.Duration.Max.Duration - d; span > 0 {
+			d += time.Duration(choices.Int64N(int64(span) + 1)).Round(time.Millisecond)
+		}
+		claim := m.Claim
+		claim.PreferIDs = append([]int(nil), m.Claim.PreferIDs...)
+		out = append(out, PodPlan{
+			Name: fmt.Sprintf("pod-%0*d", width, i), At: at, Kind: m.Name, Claim: claim, Duration: d,
+		})
+	}
+	return out
+}
+
+func pick(r *rand.Rand, mix []MixEntry, total int) int {
+	if total <= 0 {
+		return 0
+	}
+	n := r.IntN(total)
+	for i, m := range mix {
+		if n < m.Weight {
+			return i
+		}
+		n -= m.Weight
+	}
+	return len(mix) - 1
+}
+
+// Summary describes an expanded workload.
+type Summary struct {
+	Pods   int            `json:"pods"`
+	GPUs   int            `json:"gpus"`
+	ByKind map[string]int `json:"byKind"`
+	// Span is the offset of the last arrival.
+	Span time.Duration `json:"span"`
+}
+
+// Summarize counts pods and GPUs of a plan.
+func Summarize(plan []PodPlan) Summary {
+	s := Summary{ByKind: map[string]int{}}
+	for _, p := range plan {
+		s.Pods++
+		s.GPUs += p.Claim.Count
+		s.ByKind[p.Kind]++
+		s.Span = max(s.Span, p.At)
+	}
+	return s
+}
+
+// TotalNodes and TotalGPUs of the scenario's pools.
+func (s *Scenario) TotalNodes() (nodes, gpus int) {
+	for _, p := range s.Spec.NodePools {
+		nodes += p.Count
+		gpus += p.Count * p.GPUsPerNode
+	}
+	return nodes, gpus
+}

@@ -1,0 +1,163 @@
+package scenario
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// goldenPod is a PodPlan with readable durations.
+type goldenPod struct {
+	Name     string    `json:"name"`
+	At       string    `json:"at"`
+	Kind     string    `json:"kind"`
+	Claim    ClaimSpec `json:"claim"`
+	Duration string    `json:"duration,omitempty"`
+	DeleteAt string    `json:"deleteAt,omitempty"`
+}
+
+type golden struct {
+	Scenario *Scenario `json:"scenario"`
+	Pods     int       `json:"pods"`
+	GPUs     int       `json:"gpus"`
+	ByKind   map[string]int `json:"byKind"`
+	Span     string      `json:"span"`
+	First    []goldenPod `json:"first"`
+}
+
+func str(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+func render(t *testing.T, s *Scenario) []byte {
+	t.Helper()
+	plan := Expand(s)
+	sum := Summarize(plan)
+	g := golden{Scenario: s, Pods: sum.Pods, GPUs: sum.GPUs, ByKind: sum.ByKind, Span: sum.Span.String()}
+	for _, p := range plan[:min(8, len(plan))] {
+		g.First = append(g.First, goldenPod{Name: p.Name, At: p.At.String(), Kind: p.Kind, Claim: p.Claim, Duration: str(p.Duration), DeleteAt: str(p.DeleteAt)})
+	}
+	out, err := yaml.Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func compareGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run go test ./sim/scenario -update to create it): %v", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s differs (-want +got; run with -update if the change is intended):\n%s", path, diff)
+	}
+}
+
+// TestGolden: testdata/*.input.yaml decode, default and expand to *.output.yaml.
+func TestGolden(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/*.input.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	for _, in := range inputs {
+		name := strings.TrimSuffix(filepath.Base(in), ".input.yaml")
+		t.Run(name, func(t *testing.T) {
+			s, err := LoadFile(in)
+			if err != nil {
+				t.Fatalf("LoadFile: %v", err)
+			}
+			compareGolden(t, strings.TrimSuffix(in, ".input.yaml")+".output.yaml", render(t, s))
+		})
+	}
+}
+
+// TestBadFiles: every file in testdata/bad fails with exactly the errors in its .err file.
+func TestBadFiles(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/bad/*.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no bad files: %v", err)
+	}
+	for _, in := range inputs {
+		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			_, err := LoadFile(in)
+			if err == nil {
+				t.Fatalf("LoadFile(%s) succeeded; want an error", in)
+			}
+			compareGolden(t, strings.TrimSuffix(in, ".yaml")+".err", []byte(err.Error()+"\n"))
+		})
+	}
+}
+
+// TestShippedScenarios: every scenario in scenarios/ loads and expands to its pod count.
+func TestShippedScenarios(t *testing.T) {
+	files, err := filepath.Glob("../../scenarios/*.yaml")
+	if err != nil || len(files) < 6 {
+		t.Fatalf("want at least 6 shipped scenarios, found %d (%v)", len(files), err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			s, err := LoadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Metadata.Name+".yaml" != filepath.Base(f) {
+				t.Errorf("metadata.name %q does not match the file name %s", s.Metadata.Name, filepath.Base(f))
+			}
+			if n := len(Expand(s)); n == 0 {
+				t.Errorf("workload is empty")
+			}
+		})
+	}
+}
+
+// TestExpandDeterministic: the same seed gives the same plan, another seed another one.
+func TestExpandDeterministic(t *testing.T) {
+	s, err := LoadFile("../../scenarios/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := Expand(s), Expand(s)
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Fatalf("two expansions differ:\n%s", diff)
+	}
+	s.Spec.Seed++
+	if cmp.Equal(a, Expand(s)) {
+		t.Fatalf("seed %d and %d gave the same plan", s.Spec.Seed-1, s.Spec.Seed)
+	}
+	for i := 1; i < len(a); i++ {
+		if a[i].At < a[i-1].At {
+			t.Fatalf("plan not ordered by arrival at %d: %s after %s", i, a[i].At, a[i-1].At)
+		}
+	}
+}
+
+// TestPoissonRate: the generated arrivals keep the mean rate.
+func TestPoissonRate(t *testing.T) {
+	s := &Scenario{Spec: Spec{Seed: 1, Workload: Workload{Pods: 5000, Arrival: &Arrival{Process: ArrivalPoisson, Rate: 100},
+		Mix: []MixEntry{{Name: "one", Weight: 1, Claim: ClaimSpec{Count: 1}}}}}}
+	plan := Expand(s)
+	span := plan[len(plan)-1].At.Seconds()
+	if rate := float64(len(plan)) / span; rate < 90 || rate > 110 {
+		t.Fatalf("mean rate %.1f pods/s, want about 100", rate)
+	}
+}

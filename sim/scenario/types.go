@@ -1,0 +1,238 @@
+// Package scenario reads simulator scenarios (scenarios/*.yaml): a versioned, strictly decoded
+// file that states node pools, a workload, faults on a timeline, a seed and the expectations a
+// run must meet. Load decodes and validates one file; Expand turns its workload into the exact,
+// seeded list of pods a run plays.
+package scenario
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// APIVersion and Kind every scenario file starts with.
+const (
+	APIVersion = "sim.gpu.scheduling/v1alpha1"
+	Kind       = "Scenario"
+)
+
+// Scenario is one scenario file.
+type Scenario struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Metadata   Metadata `json:"metadata"`
+	Spec       Spec     `json:"spec"`
+}
+
+// Metadata names the scenario.
+type Metadata struct {
+	// Name is a DNS label; reports are written under reports/<name>-<time>/.
+	Name string `json:"name"`
+	// Description is one or two sentences shown in the report.
+	Description string `json:"description,omitempty"`
+}
+
+// Spec is what the run does.
+type Spec struct {
+	// Seed makes the workload reproducible: the same seed gives the same pods, in the same
+	// order, with the same claims, arrival times and durations.
+	Seed int64 `json:"seed"`
+	// NodePools are the kwok GPU nodes, created before the workload starts.
+	NodePools []NodePool `json:"nodePools"`
+	// Scheduler tunes the gpu-scheduler under test.
+	Scheduler SchedulerSpec `json:"scheduler,omitempty"`
+	// Workload is the pods and their claims.
+	Workload Workload `json:"workload"`
+	// Faults happen at offsets from the start of the workload.
+	Faults []Fault `json:"faults,omitempty"`
+	// Expectations turn the run into an acceptance check.
+	Expectations Expectations `json:"expectations,omitempty"`
+	// Baseline is the comparison run with the stock kube-scheduler.
+	Baseline Baseline `json:"baseline,omitzero"`
+	// Timeout bounds the workload phase of each run (default 10m): pods still pending then
+	// count as unscheduled.
+	Timeout Duration `json:"timeout,omitzero"`
+}
+
+// NodePool is a group of identical fake GPU nodes named <name>-<index, 5 digits>.
+type NodePool struct {
+	Name     string `json:"name"`
+	Count    int    `json:"count"`
+	Topology string `json:"topology"`
+	// GPUsPerNode defaults to the topology's GPU count; it may not differ from it.
+	GPUsPerNode int               `json:"gpusPerNode,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Taints      []Taint           `json:"taints,omitempty"`
+}
+
+// Taint on every node of a pool.
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
+// SchedulerSpec tunes the gpu-scheduler under test.
+type SchedulerSpec struct {
+	// NodeStrategy is binpack, spread or least-utilized (the plugin's nodeStrategy arg).
+	NodeStrategy string `json:"nodeStrategy,omitempty"`
+	// QPS of the scheduler's API client; default 1000.
+	QPS int `json:"qps,omitempty"`
+}
+
+// Workload says which pods arrive when. Arrivals come from exactly one of: Arrival (Pods pods
+// at a rate), Bursts, Arrival together with Bursts, or Trace (an explicit timed list).
+type Workload struct {
+	// Namespace of the pods and claims; default "sim".
+	Namespace string `json:"namespace,omitempty"`
+	// Pods is how many pods Arrival generates.
+	Pods int `json:"pods,omitempty"`
+	// Arrival is the process that spaces the Pods pods out.
+	Arrival *Arrival `json:"arrival,omitempty"`
+	// Bursts add groups of pods that all arrive at one instant.
+	Bursts []Burst `json:"bursts,omitempty"`
+	// Trace is an explicit list, for replaying an external trace; Mix is not used then.
+	Trace []TraceEntry `json:"trace,omitempty"`
+	// Mix is the weighted choice of claims (and run times) for generated pods.
+	Mix []MixEntry `json:"mix,omitempty"`
+	// Deterministic creates one pod at a time and waits until it is bound (or cannot be)
+	// before creating the next, so that the same seed also gives the same placements.
+	Deterministic bool `json:"deterministic,omitempty"`
+}
+
+// Arrival process kinds.
+const (
+	ArrivalPoisson = "poisson"
+	ArrivalUniform = "uniform"
+)
+
+// Arrival spaces out Workload.Pods pods.
+type Arrival struct {
+	// Process is poisson (exponential gaps, the default) or uniform (equal gaps).
+	Process string `json:"process,omitempty"`
+	// Rate is the mean arrival rate in pods per second.
+	Rate float64 `json:"rate"`
+	// Start offsets the first arrival.
+	Start Duration `json:"start,omitzero"`
+}
+
+// Burst is a group of pods arriving at one instant.
+type Burst struct {
+	At   Duration `json:"at"`
+	Pods int      `json:"pods"`
+}
+
+// MixEntry is one kind of pod in the generated workload.
+type MixEntry struct {
+	// Name labels the kind in the report; default "<count>gpu-<policy>".
+	Name   string    `json:"name,omitempty"`
+	Weight int       `json:"weight"`
+	Claim  ClaimSpec `json:"claim"`
+	// Duration is how long the pod runs once started (kwok then completes it); a fixed
+	// value or a uniform range. Zero means the pod runs until the run ends.
+	Duration DurationRange `json:"duration,omitzero"`
+}
+
+// DurationRange is either fixed (Min only, or Min == Max) or uniform in [Min, Max].
+type DurationRange struct {
+	Min Duration `json:"min,omitzero"`
+	Max Duration `json:"max,omitzero"`
+}
+
+// ClaimSpec is the GpuClaim a pod names (for the stock scheduler: nvidia.com/gpu: Count and
+// the selector as a nodeSelector).
+type ClaimSpec struct {
+	Count       int               `json:"count"`
+	Policy      string            `json:"policy,omitempty"`
+	PreferIDs   []int             `json:"preferIds,omitempty"`
+	Exclusivity string            `json:"exclusivity,omitempty"`
+	Topology    *TopologySpec     `json:"topology,omitempty"`
+	Selector    map[string]string `json:"selector,omitempty"`
+}
+
+// TopologySpec is the claim's NVLink requirement.
+type TopologySpec struct {
+	Mode             string `json:"mode,omitempty"`
+	MinBandwidthGBps int    `json:"minBandwidthGBps,omitempty"`
+}
+
+// TraceEntry is one pod of an explicit workload.
+type TraceEntry struct {
+	// Name of the pod; default trace-<index>.
+	Name string `json:"name,omitempty"`
+	// At is the creation offset.
+	At Duration `json:"at"`
+	// GPUs is a shorthand for claim.count (with the claim's other fields defaulted).
+	GPUs int `json:"gpus,omitempty"`
+	// Claim is the full claim; exclusive with GPUs.
+	Claim *ClaimSpec `json:"claim,omitempty"`
+	// Duration is the run time once started.
+	Duration Duration `json:"duration,omitzero"`
+	// DeleteAt deletes the pod at this offset, whatever its state.
+	DeleteAt *Duration `json:"deleteAt,omitzero"`
+}
+
+// Fault types.
+const (
+	FaultGPUUnhealthy     = "GPUUnhealthy"
+	FaultGPURecover       = "GPURecover"
+	FaultNodeRemoved      = "NodeRemoved"
+	FaultSchedulerRestart = "SchedulerRestart"
+	FaultRacingScheduler  = "RacingScheduler"
+)
+
+// Fault is one event on the timeline.
+type Fault struct {
+	At   Duration `json:"at"`
+	Type string   `json:"type"`
+	// Pool and Node (an index in the pool) name the node for GPU and node faults.
+	Pool string `json:"pool,omitempty"`
+	Node *int   `json:"node,omitempty"`
+	// GPU is the GPU index for GPUUnhealthy and GPURecover.
+	GPU *int `json:"gpu,omitempty"`
+	// Fault is what the mock NVML reports for GPUUnhealthy: xid<code> (default xid79), dbe,
+	// lost or remap-failure.
+	Fault string `json:"fault,omitempty"`
+	// Down is how long the scheduler stays killed for SchedulerRestart (default 5s).
+	Down Duration `json:"down,omitzero"`
+}
+
+// Expectations a run must meet; unset safety limits default to 0. They apply to the
+// gpu-scheduler run; the baseline is reported, not judged.
+type Expectations struct {
+	MaxDoubleBookedGPUs     *int     `json:"maxDoubleBookedGPUs,omitempty"`
+	MaxUnhealthyAllocations *int     `json:"maxUnhealthyAllocations,omitempty"`
+	MaxLeasesLeft           *int     `json:"maxLeasesLeft,omitempty"`
+	MinIslandLocalRatio     *float64 `json:"minIslandLocalRatio,omitempty"`
+	// AllScheduledWithin: every pod is bound by this offset from the start of the workload.
+	AllScheduledWithin *Duration `json:"allScheduledWithin,omitzero"`
+}
+
+// Baseline configures the stock kube-scheduler comparison.
+type Baseline struct {
+	// Disabled skips the baseline run.
+	Disabled bool `json:"disabled,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s", "1m30s").
+type Duration struct{ time.Duration }
+
+// D makes a Duration.
+func D(d time.Duration) Duration { return Duration{d} }
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string like \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration; write it like \"30s\" or \"1m30s\"", s)
+	}
+	d.Duration = v
+	return nil
+}
