@@ -25,12 +25,12 @@ type goldenPod struct {
 }
 
 type golden struct {
-	Scenario *Scenario `json:"scenario"`
-	Pods     int       `json:"pods"`
-	GPUs     int       `json:"gpus"`
+	Scenario *Scenario      `json:"scenario"`
+	Pods     int            `json:"pods"`
+	GPUs     int            `json:"gpus"`
 	ByKind   map[string]int `json:"byKind"`
-	Span     string      `json:"span"`
-	First    []goldenPod `json:"first"`
+	Span     string         `json:"span"`
+	First    []goldenPod    `json:"first"`
 }
 
 func str(d time.Duration) string {
