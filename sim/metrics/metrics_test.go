@@ -1,0 +1,210 @@
+package metrics
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+const s = time.Second
+
+func twoIsland(name string) Node {
+	return Node{Name: name, Pool: "t", Islands: []string{"a", "a", "a", "a", "b", "b", "b", "b"}}
+}
+
+func pairs(name string) Node {
+	return Node{Name: name, Pool: "p", Islands: []string{"p0", "p0", "p1", "p1", "p2", "p2", "p3", "p3"}}
+}
+
+func bound(name string, gpus int, created, at time.Duration, node string, ids ...int) Pod {
+	return Pod{Name: name, GPUs: gpus, Created: created, Bound: at, BoundOK: true, Node: node, IDs: ids}
+}
+
+func ended(p Pod, at time.Duration) Pod {
+	p.Ended, p.EndedOK = at, true
+	return p
+}
+
+func TestComputePlacements(t *testing.T) {
+	in := Input{
+		Nodes: []Node{twoIsland("n1"), pairs("n2")},
+		Pods: []Pod{
+			bound("local", 2, 0, 1*s, "n1", 0, 1),     // one island, contiguous
+			bound("cross", 2, 0, 2*s, "n1", 3, 4),     // contiguous IDs but two islands
+			bound("single", 1, 0, 3*s, "n2", 0),       // single GPU: not counted for islands
+			bound("double", 1, 0, 4*s, "n1", 0),       // GPU 0 is held by "local"
+			{Name: "waiting", GPUs: 1, Created: 1 * s}, // never bound
+			bound("spread", 2, 5*s, 6*s, "n2", 2, 6),  // two islands, not contiguous
+		},
+		End: 10 * s,
+	}
+	r := Compute(in)
+	check := func(name string, got, want any) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	check("Pods", r.Pods, 6)
+	check("Bound", r.Bound, 5)
+	check("Unscheduled", r.Unscheduled, 1)
+	check("LastBound", r.LastBound, 6*s)
+	check("Throughput", r.Throughput, 5.0/6.0)
+	// Latencies 1s, 2s, 3s, 4s, 1s: sorted 1,1,2,3,4 -> p50 the 3rd, p99 the 5th.
+	check("LatencyP50", r.LatencyP50, 2*s)
+	check("LatencyP99", r.LatencyP99, 4*s)
+	check("MultiGPU", r.MultiGPU, 3)
+	check("IslandPossible", r.IslandPossible, 3)
+	check("IslandLocal", r.IslandLocal, 1)
+	check("IslandLocalRatio", r.IslandLocalRatio, 1.0/3.0)
+	check("Contiguous", r.Contiguous, 2)
+	check("DoubleBookedGPUs", r.DoubleBookedGPUs, 1)
+	check("UnhealthyAllocations", r.UnhealthyAllocations, 0)
+	check("TotalGPUs", r.TotalGPUs, 16)
+	// At the end 7 GPUs are held (0 twice counts once): 0,1,3,4 on n1; 0,2,6 on n2.
+	last := r.Samples[len(r.Samples)-1]
+	check("final Used", last.Used, 7)
+	check("PeakUtilization", r.PeakUtilization, 7.0/16.0)
+	if len(r.Map) != 2 || r.Map[0].Holders[0] != "local +1" || r.Map[1].Holders[6] != "spread" || r.Map[0].Holders[2] != "" {
+		t.Errorf("GPU map at peak = %+v", r.Map)
+	}
+}
+
+// TestIslandPossible: a multi-GPU pod counts against island locality only when some node had
+// a free island that fit it when it was bound.
+func TestIslandPossible(t *testing.T) {
+	in := Input{
+		Nodes: []Node{pairs("n")},
+		Pods: []Pod{
+			bound("a", 2, 0, 1*s, "n", 0, 1),
+			bound("b", 2, 0, 2*s, "n", 2, 3),
+			bound("c", 2, 0, 3*s, "n", 4, 5),
+			bound("d", 2, 0, 4*s, "n", 6, 7),
+			// A 4-GPU pod can never be island-local on pairs: not held against the scheduler.
+			ended(bound("e", 4, 0, s/2, "n", 0, 1, 2, 3), s*9/10),
+		},
+		End: 5 * s,
+	}
+	r := Compute(in)
+	if r.IslandPossible != 4 || r.IslandLocal != 4 || r.MultiGPU != 5 {
+		t.Fatalf("possible %d local %d multi %d, want 4 4 5", r.IslandPossible, r.IslandLocal, r.MultiGPU)
+	}
+	// Full: another pair fits nowhere and is not held against the scheduler.
+	in.Pods = append(in.Pods, bound("f", 2, 0, 5*s, "n", 0, 7))
+	r = Compute(in)
+	if r.IslandPossible != 4 || r.DoubleBookedGPUs != 2 {
+		t.Fatalf("possible %d double %d, want 4 and 2", r.IslandPossible, r.DoubleBookedGPUs)
+	}
+}
+
+func TestReleaseAndShared(t *testing.T) {
+	in := Input{
+		Nodes: []Node{twoIsland("n")},
+		Pods: []Pod{
+			ended(bound("a", 1, 0, 1*s, "n", 0), 2*s),
+			bound("b", 1, 0, 2*s, "n", 0), // released at the same instant: no double booking
+			{Name: "s1", GPUs: 1, Shared: true, Bound: 3 * s, BoundOK: true, Node: "n", IDs: []int{5}},
+			{Name: "s2", GPUs: 1, Shared: true, Bound: 3 * s, BoundOK: true, Node: "n", IDs: []int{5}},
+			bound("x", 1, 0, 4*s, "n", 5), // Exclusive onto a shared GPU
+		},
+		End: 4 * s,
+	}
+	r := Compute(in)
+	if r.DoubleBookedGPUs != 1 {
+		t.Fatalf("DoubleBookedGPUs = %d, want 1 (only the Exclusive pod on the shared GPU)", r.DoubleBookedGPUs)
+	}
+}
+
+func TestUnhealthyAllocations(t *testing.T) {
+	in := Input{
+		Nodes: []Node{pairs("n")},
+		Health: []HealthChange{
+			{Node: "n", GPU: 1, At: 0, Healthy: false},
+			{Node: "n", GPU: 2, At: 9 * s, Healthy: false},
+			{Node: "n", GPU: 3, At: 0, Healthy: false},
+			{Node: "n", GPU: 3, At: 5 * s, Healthy: true},
+		},
+		Pods: []Pod{
+			bound("old-fault", 1, 0, 10*s, "n", 1),   // unhealthy for 10s: counts
+			bound("fresh-fault", 1, 0, 10*s, "n", 2), // unhealthy for 1s: within the grace
+			bound("recovered", 1, 0, 10*s, "n", 3),
+		},
+		End: 10 * s,
+	}
+	if r := Compute(in); r.UnhealthyAllocations != 1 {
+		t.Fatalf("UnhealthyAllocations = %d, want 1", r.UnhealthyAllocations)
+	}
+}
+
+// TestAnyN: for the stock scheduler a pod gets the lowest free healthy GPUs of its node.
+func TestAnyN(t *testing.T) {
+	in := Input{
+		AnyN:   true,
+		Nodes:  []Node{twoIsland("n")},
+		Health: []HealthChange{{Node: "n", GPU: 0, At: 0, Healthy: false}},
+		Pods: []Pod{
+			bound("a", 2, 0, 1*s, "n"), // 1,2: island a
+			bound("b", 4, 0, 2*s, "n"), // 3,4,5,6: two islands though b had a free fit
+			bound("c", 1, 0, 3*s, "n"), // 7
+		},
+		End: 3 * s,
+	}
+	r := Compute(in)
+	if r.IslandPossible != 2 || r.IslandLocal != 1 || r.Contiguous != 2 || r.DoubleBookedGPUs != 0 || r.UnhealthyAllocations != 0 {
+		t.Fatalf("got possible %d local %d contiguous %d double %d unhealthy %d, want 2 1 2 0 0",
+			r.IslandPossible, r.IslandLocal, r.Contiguous, r.DoubleBookedGPUs, r.UnhealthyAllocations)
+	}
+	if h := r.Map[0].Holders; h[1] != "a" || h[6] != "b" || h[7] != "c" || h[0] != "" {
+		t.Fatalf("holders %v", h)
+	}
+}
+
+func TestFragmentation(t *testing.T) {
+	in := Input{
+		Nodes: []Node{{Name: "n", Islands: []string{"a", "a", "b", "b"}}},
+		Pods:  []Pod{bound("a", 1, 0, 1*s, "n", 0)},
+		End:   2 * s, SampleEvery: s,
+	}
+	r := Compute(in)
+	// Samples at 0, 1s, 2s: all free (0 fragmentation), then 3 free of which 2 in whole islands.
+	if len(r.Samples) != 3 {
+		t.Fatalf("%d samples, want 3", len(r.Samples))
+	}
+	if f := r.Samples[2].Fragmentation; math.Abs(f-1.0/3.0) > 1e-9 {
+		t.Fatalf("fragmentation %v, want 1/3", f)
+	}
+	if u := r.Samples[0].Utilization; u != 0 {
+		t.Fatalf("utilization at 0 = %v, want 0", u)
+	}
+}
+
+func TestWrites(t *testing.T) {
+	before := `# HELP apiserver_request_total x
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} 10
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 100
+`
+	after := `apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} 30
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="POST",version="v1"} 40
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="POST",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 150
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="gpu.scheduling",resource="gpuclaims",scope="resource",subresource="status",verb="PUT",version="v1"} 20
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="gpu.scheduling",resource="gpunodestatuses",scope="resource",subresource="status",verb="PUT",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 3
+`
+	b, err := ParseRequestTotals(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ParseRequestTotals(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, sched, agent, total := Writes(a.Sub(b))
+	// 20 bindings + 42 lease creates + 20 claim status; node lease PUTs and the agent apart.
+	if sched != 82 || agent != 7 || total != 139 || len(rows) != 5 {
+		t.Fatalf("scheduling %v agent %v total %v rows %d (%v)", sched, agent, total, len(rows), rows)
+	}
+	if _, err := ParseRequestTotals(`apiserver_request_total{verb="POST} 1`); err == nil {
+		t.Fatal("malformed labels parsed")
+	}
+}

@@ -1,0 +1,169 @@
+package metrics
+
+import (
+	"bufio"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// RequestKey is one series of the apiserver's apiserver_request_total, without the response code.
+type RequestKey struct {
+	Verb        string `json:"verb"`
+	Group       string `json:"group"`
+	Resource    string `json:"resource"`
+	Subresource string `json:"subresource,omitempty"`
+}
+
+func (k RequestKey) String() string {
+	r := k.Resource
+	if k.Group != "" {
+		r += "." + k.Group
+	}
+	if k.Subresource != "" {
+		r += "/" + k.Subresource
+	}
+	return k.Verb + " " + r
+}
+
+// RequestCounts are request totals by key.
+type RequestCounts map[RequestKey]float64
+
+// ParseRequestTotals reads apiserver_request_total from the apiserver's /metrics text.
+func ParseRequestTotals(text string) (RequestCounts, error) {
+	out := RequestCounts{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	const name = "apiserver_request_total{"
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		end := strings.LastIndexByte(line, '}')
+		if end < 0 {
+			return nil, fmt.Errorf("malformed metric line %q", line)
+		}
+		labels, err := parseLabels(line[len(name):end])
+		if err != nil {
+			return nil, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		fields := strings.Fields(line[end+1:])
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("metric line %q has no value", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		out[RequestKey{Verb: labels["verb"], Group: labels["group"], Resource: labels["resource"], Subresource: labels["subresource"]}] += v
+	}
+	return out, sc.Err()
+}
+
+// parseLabels reads a="x",b="y" with Prometheus escapes.
+func parseLabels(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for len(s) > 0 {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
+			return nil, fmt.Errorf("bad label list near %q", s)
+		}
+		key := strings.TrimSpace(s[:eq])
+		var b strings.Builder
+		i := eq + 2
+		for ; i < len(s) && s[i] != '"'; i++ {
+			if s[i] == '\\' && i+1 < len(s) {
+				i++
+				switch s[i] {
+				case 'n':
+					b.WriteByte('\n')
+				default:
+					b.WriteByte(s[i])
+				}
+				continue
+			}
+			b.WriteByte(s[i])
+		}
+		if i >= len(s) {
+			return nil, fmt.Errorf("unterminated label value for %s", key)
+		}
+		out[key] = b.String()
+		s = strings.TrimPrefix(s[i+1:], ",")
+	}
+	return out, nil
+}
+
+// Sub returns after - before, dropping series that did not change.
+func (after RequestCounts) Sub(before RequestCounts) RequestCounts {
+	out := RequestCounts{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// IsWrite reports whether verb changes state.
+func IsWrite(verb string) bool {
+	switch verb {
+	case "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY":
+		return true
+	}
+	return false
+}
+
+// WriteRow is one write series of a run.
+type WriteRow struct {
+	Key   RequestKey `json:"key"`
+	Count float64    `json:"count"`
+	// Scheduling is true for the writes that placing a pod costs (see SchedulingWrite).
+	Scheduling bool `json:"scheduling"`
+}
+
+// SchedulingWrite says whether a write series is part of placing pods: bindings, GPU lease
+// creates and deletes, claim writes, pod patches and scheduler events. It leaves out the
+// workload's own pod and claim creates, kwok's pod status updates and node heartbeats (lease
+// PUTs), and the agent's GpuNodeStatus writes, which the report counts apart.
+func SchedulingWrite(k RequestKey) bool {
+	switch {
+	case k.Resource == "pods" && k.Subresource == "binding" && k.Verb == "POST":
+		return true
+	case k.Resource == "pods" && k.Subresource == "" && (k.Verb == "PATCH" || k.Verb == "PUT"):
+		return true
+	case k.Resource == "leases" && (k.Verb == "POST" || k.Verb == "DELETE"):
+		return true
+	case k.Resource == "gpuclaims" && k.Verb != "POST":
+		return true
+	case k.Resource == "events" && k.Group == "events.k8s.io":
+		return true
+	}
+	return false
+}
+
+// Writes summarises the write series of a diff, largest first.
+func Writes(diff RequestCounts) (rows []WriteRow, scheduling, agent, total float64) {
+	for k, v := range diff {
+		if !IsWrite(k.Verb) {
+			continue
+		}
+		row := WriteRow{Key: k, Count: v, Scheduling: SchedulingWrite(k)}
+		rows = append(rows, row)
+		total += v
+		if row.Scheduling {
+			scheduling += v
+		}
+		if k.Resource == "gpunodestatuses" {
+			agent += v
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Count != rows[j].Count {
+			return rows[i].Count > rows[j].Count
+		}
+		return rows[i].Key.String() < rows[j].Key.String()
+	})
+	return rows, scheduling, agent, total
+}
