@@ -1,0 +1,112 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest"
+)
+
+// WebhookOptions configure one gpu-webhook process.
+type WebhookOptions struct {
+	// Name tells processes apart in logs; default "gpu-webhook".
+	Name string
+	// Namespace is the system namespace the webhooks skip; default "gpu-scheduler".
+	Namespace string
+	// SchedulerGroups may write the allocation annotations; default system:masters, the group
+	// of the harness's admin kubeconfig that launched schedulers use.
+	SchedulerGroups []string
+}
+
+// Webhook is a running gpu-webhook registered with the apiserver.
+type Webhook struct {
+	*cluster.Process
+	URL string
+}
+
+// StartWebhook runs bin/gpu-webhook on loopback with a serving certificate from a fresh CA,
+// waits until it is healthy, and registers its Mutating- and ValidatingWebhookConfiguration
+// (rendered by webhook/manifests, as the chart does) with the apiserver pointing at it.
+func StartWebhook(ctx context.Context, c *cluster.Cluster, opts WebhookOptions) (*Webhook, error) {
+	if opts.Name == "" {
+		opts.Name = "gpu-webhook"
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "gpu-scheduler"
+	}
+	if len(opts.SchedulerGroups) == 0 {
+		opts.SchedulerGroups = []string{"system:masters"}
+	}
+	bin, err := Binary(ctx, "gpu-webhook")
+	if err != nil {
+		return nil, err
+	}
+	ca, err := webhooktest.NewCA(opts.Name + "-ca")
+	if err != nil {
+		return nil, err
+	}
+	pair, err := ca.Issue(opts.Name, []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(c.WorkDir(), opts.Name+"-tls")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	certFile, keyFile, err := pair.Write(dir)
+	if err != nil {
+		return nil, err
+	}
+	port, err := cluster.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{
+		"--listen-address=127.0.0.1:" + strconv.Itoa(port),
+		"--tls-cert-file=" + certFile,
+		"--tls-private-key-file=" + keyFile,
+	}
+	for _, g := range opts.SchedulerGroups {
+		args = append(args, "--scheduler-groups="+g)
+	}
+	p, err := c.StartProcess(opts.Name, bin, args, nil)
+	if err != nil {
+		return nil, err
+	}
+	w := &Webhook{Process: p, URL: "https://127.0.0.1:" + strconv.Itoa(port)}
+	if err := waitHealthy(ctx, p, w.URL+"/healthz", time.Minute); err != nil {
+		_ = p.Kill()
+		return nil, err
+	}
+	mut, val, err := manifests.Render(manifests.Options{Namespace: opts.Namespace, CABundle: ca.PEM, URL: w.URL})
+	if err != nil {
+		_ = p.Kill()
+		return nil, fmt.Errorf("rendering the webhook configurations for %s: %w", opts.Name, err)
+	}
+	cs, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		_ = p.Kill()
+		return nil, fmt.Errorf("client for registering %s: %w", opts.Name, err)
+	}
+	ar := cs.AdmissionregistrationV1()
+	if _, err := ar.MutatingWebhookConfigurations().Create(ctx, mut, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		_ = p.Kill()
+		return nil, fmt.Errorf("registering MutatingWebhookConfiguration %s: %w", mut.Name, err)
+	}
+	if _, err := ar.ValidatingWebhookConfigurations().Create(ctx, val, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		_ = p.Kill()
+		return nil, fmt.Errorf("registering ValidatingWebhookConfiguration %s: %w", val.Name, err)
+	}
+	return w, nil
+}
