@@ -29,12 +29,12 @@ func TestComputePlacements(t *testing.T) {
 	in := Input{
 		Nodes: []Node{twoIsland("n1"), pairs("n2")},
 		Pods: []Pod{
-			bound("local", 2, 0, 1*s, "n1", 0, 1),     // one island, contiguous
-			bound("cross", 2, 0, 2*s, "n1", 3, 4),     // contiguous IDs but two islands
-			bound("single", 1, 0, 3*s, "n2", 0),       // single GPU: not counted for islands
-			bound("double", 1, 0, 4*s, "n1", 0),       // GPU 0 is held by "local"
+			bound("local", 2, 0, 1*s, "n1", 0, 1),      // one island, contiguous
+			bound("cross", 2, 0, 2*s, "n1", 3, 4),      // contiguous IDs but two islands
+			bound("single", 1, 0, 3*s, "n2", 0),        // single GPU: not counted for islands
+			bound("double", 1, 0, 4*s, "n1", 0),        // GPU 0 is held by "local"
 			{Name: "waiting", GPUs: 1, Created: 1 * s}, // never bound
-			bound("spread", 2, 5*s, 6*s, "n2", 2, 6),  // two islands, not contiguous
+			bound("spread", 2, 5*s, 6*s, "n2", 2, 6),   // two islands, not contiguous
 		},
 		End: 10 * s,
 	}

@@ -1,0 +1,194 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
+)
+
+// podRecord is what the recorder saw of one pod; times are offsets from the recorder's start.
+type podRecord struct {
+	created, bound, ended       time.Duration
+	createdOK, boundOK, endedOK bool
+	node                        string
+	ids                         []int
+	unschedulable               string // last Unschedulable message, if any
+}
+
+// recorder watches the workload's pods and the GpuNodeStatus objects and timestamps what it
+// sees on one clock, so that bindings, releases and health changes keep their causal order.
+type recorder struct {
+	start time.Time
+
+	mu       sync.Mutex
+	pods     map[string]*podRecord
+	bound    int
+	finished int
+	health   []metrics.HealthChange
+	lastHlth map[string][]bool // node -> unhealthy per GPU
+	nodes    map[string]*gpuv1.GpuNodeStatus
+	changed  chan struct{}
+}
+
+func newRecorder(start time.Time) *recorder {
+	return &recorder{start: start, pods: map[string]*podRecord{}, lastHlth: map[string][]bool{},
+		nodes: map[string]*gpuv1.GpuNodeStatus{}, changed: make(chan struct{}, 1)}
+}
+
+func (r *recorder) now() time.Duration { return time.Since(r.start) }
+
+func (r *recorder) notify() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+// created marks the moment just before a pod's create call.
+func (r *recorder) created(name string, at time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pod(name)
+	p.created, p.createdOK = at, true
+}
+
+func (r *recorder) pod(name string) *podRecord {
+	p := r.pods[name]
+	if p == nil {
+		p = &podRecord{}
+		r.pods[name] = p
+	}
+	return p
+}
+
+func (r *recorder) observePod(pod *corev1.Pod, deleted bool) {
+	at := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pod(pod.Name)
+	if pod.Spec.NodeName != "" && !p.boundOK {
+		p.bound, p.boundOK, p.node = at, true, pod.Spec.NodeName
+		r.bound++
+	}
+	if p.boundOK && len(p.ids) == 0 {
+		if v, ok := pod.Annotations[gpuv1.AnnotationGPUIDs]; ok {
+			if ids, err := gpuv1.ParseIDs(v); err == nil {
+				p.ids = ids
+			}
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			p.unschedulable = c.Message
+		}
+	}
+	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	if (deleted || terminal) && !p.endedOK {
+		p.ended, p.endedOK = at, true
+		r.finished++
+	}
+	r.notify()
+}
+
+func (r *recorder) observeStatus(s *gpuv1.GpuNodeStatus, deleted bool) {
+	at := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	node := s.Spec.NodeName
+	if node == "" {
+		node = s.Name
+	}
+	if deleted {
+		delete(r.nodes, node)
+		return
+	}
+	r.nodes[node] = s
+	prev := r.lastHlth[node]
+	cur := make([]bool, len(s.Status.Devices))
+	for _, d := range s.Status.Devices {
+		id := int(d.ID)
+		if id < 0 || id >= len(cur) {
+			continue
+		}
+		cur[id] = d.Health != gpuv1.Healthy
+		was := false
+		if id < len(prev) {
+			was = prev[id]
+		}
+		if cur[id] != was || (prev == nil && cur[id]) {
+			r.health = append(r.health, metrics.HealthChange{Node: node, GPU: id, At: at, Healthy: !cur[id]})
+		}
+	}
+	r.lastHlth[node] = cur
+	r.notify()
+}
+
+// counts returns how many pods were seen bound and ended.
+func (r *recorder) counts() (bound, finished int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bound, r.finished
+}
+
+func (r *recorder) statusCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.nodes)
+}
+
+// watch starts the pod and GpuNodeStatus informers; they stop with ctx.
+func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versioned.Interface, namespace string) error {
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(namespace))
+	pi := f.Core().V1().Pods().Informer()
+	if _, err := pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { r.onPod(o, false) },
+		UpdateFunc: func(_, o any) { r.onPod(o, false) },
+		DeleteFunc: func(o any) { r.onPod(o, true) },
+	}); err != nil {
+		return fmt.Errorf("watching pods in %s: %w", namespace, err)
+	}
+	gf := gpuinformers.NewSharedInformerFactory(gcs, 0)
+	si := gf.Gpu().V1().GpuNodeStatuses().Informer()
+	if _, err := si.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { r.onStatus(o, false) },
+		UpdateFunc: func(_, o any) { r.onStatus(o, false) },
+		DeleteFunc: func(o any) { r.onStatus(o, true) },
+	}); err != nil {
+		return fmt.Errorf("watching GpuNodeStatus: %w", err)
+	}
+	f.Start(ctx.Done())
+	gf.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pi.HasSynced, si.HasSynced) {
+		return fmt.Errorf("pod and GpuNodeStatus informers did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+func (r *recorder) onPod(o any, deleted bool) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	if p, ok := o.(*corev1.Pod); ok {
+		r.observePod(p, deleted)
+	}
+}
+
+func (r *recorder) onStatus(o any, deleted bool) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	if s, ok := o.(*gpuv1.GpuNodeStatus); ok {
+		r.observeStatus(s, deleted)
+	}
+}

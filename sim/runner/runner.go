@@ -1,0 +1,478 @@
+// Package runner plays a scenario: it brings up a harness cluster, creates the node pools,
+// starts the production agent fleet, webhook and gpu-scheduler, plays the workload and the
+// faults, records what happens and computes the figures; then it does the same on a fresh
+// identical cluster with the stock kube-scheduler. No scheduling happens here.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
+)
+
+// Modes of a run.
+const (
+	ModeGPU   = "gpu-scheduler"
+	ModeStock = "kube-scheduler"
+)
+
+// LeaseNamespace holds the GPU leases and the system components.
+const LeaseNamespace = "gpu-scheduler"
+
+// Fleet is the running agent fleet of a cluster: it publishes each node's GpuNodeStatus from
+// the node's mock topology and takes injected GPU faults.
+type Fleet interface {
+	Inject(ctx context.Context, node string, gpu int, fault string) error
+}
+
+// StartFleetFunc starts the agent fleet for the nodes of a cluster.
+type StartFleetFunc func(ctx context.Context, c *cluster.Cluster) (Fleet, error)
+
+// Options configure a Run.
+type Options struct {
+	Scenario *scenario.Scenario
+	// Baseline also runs the stock kube-scheduler (unless the scenario disables it).
+	Baseline bool
+	// StartFleet starts the agent fleet (launch.StartAgentFleet).
+	StartFleet StartFleetFunc
+	// Progress receives the progress bar; nil for none.
+	Progress io.Writer
+	// LogDir, when set, receives every component's log of each run.
+	LogDir string
+}
+
+// RunResult is one scheduler's run.
+type RunResult struct {
+	Mode    string         `json:"mode"`
+	Metrics metrics.Result `json:"metrics"`
+	// Writes are the apiserver's write requests during the workload, by verb and resource.
+	Writes           []metrics.WriteRow `json:"writes"`
+	SchedulingWrites float64            `json:"schedulingWrites"`
+	AgentWrites      float64            `json:"agentWrites"`
+	Events           float64            `json:"events"`
+	// Per bound pod.
+	SchedulingWritesPerPod float64 `json:"schedulingWritesPerPod"`
+	EventsPerPod           float64 `json:"eventsPerPod"`
+	AgentWritesPerPod      float64 `json:"agentWritesPerPod"`
+	MeanGPUsPerPod         float64 `json:"meanGPUsPerPod"`
+	// LeasesLeft are GPU leases still present after every pod was deleted.
+	LeasesLeft int `json:"leasesLeft"`
+	// PeakRSSBytes of all processes together (cluster, components and this one).
+	PeakRSSBytes     int64            `json:"peakRSSBytes"`
+	PeakRSSByProcess map[string]int64 `json:"peakRSSByProcess"`
+	CreateErrors     int64            `json:"createErrors"`
+	Setup            time.Duration    `json:"setup"`
+	Workload         time.Duration    `json:"workload"`
+	Teardown         time.Duration    `json:"teardown"`
+	// Unschedulable groups the last scheduler messages of pods never bound.
+	Unschedulable map[string]int `json:"unschedulable,omitempty"`
+	Notes         []string       `json:"notes,omitempty"`
+	Pods          []metrics.Pod  `json:"-"`
+}
+
+// Run plays the scenario with the gpu-scheduler and, if asked, the stock scheduler.
+func Run(ctx context.Context, o Options) ([]*RunResult, error) {
+	modes := []string{ModeGPU}
+	if o.Baseline && !o.Scenario.Spec.Baseline.Disabled {
+		modes = append(modes, ModeStock)
+	}
+	var out []*RunResult
+	for _, m := range modes {
+		r, err := runOne(ctx, o, m)
+		if err != nil {
+			return out, fmt.Errorf("%s run of scenario %s: %w", m, o.Scenario.Metadata.Name, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func runOne(ctx context.Context, o Options, mode string) (res *RunResult, err error) {
+	s := o.Scenario
+	stock := mode == ModeStock
+	logger := klog.FromContext(ctx).WithValues("mode", mode)
+	ctx = klog.NewContext(ctx, logger)
+	res = &RunResult{Mode: mode, PeakRSSByProcess: map[string]int64{}}
+	began := time.Now()
+	short := "ours"
+	if stock {
+		short = "stock"
+	}
+	bar := newProgress(o.Progress, mode)
+	bar.phase("starting the control plane")
+	c, err := cluster.Start(ctx, cluster.Config{Name: "sim-" + short, StockScheduler: stock})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		t := time.Now()
+		if o.LogDir != "" {
+			copyLogs(c.WorkDir(), filepath.Join(o.LogDir, "logs-"+short))
+		}
+		if stopErr := c.Stop(); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+		res.Teardown += time.Since(t)
+	}()
+	cfg := c.RESTConfig()
+	cfg.QPS, cfg.Burst = 5000, 10000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	gcs, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("GPU client: %w", err)
+	}
+	root, err := launch.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts", "gpu-scheduler", "crds")); err != nil {
+		return nil, err
+	}
+	ns := s.Spec.Workload.Namespace
+	for _, n := range []string{LeaseNamespace, ns} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating namespace %s: %w", n, err)
+		}
+	}
+	bar.phase("creating nodes")
+	nodes, _ := s.TotalNodes()
+	for _, p := range s.Spec.NodePools {
+		np := cluster.NodePool{Name: p.Name, Count: p.Count, GPUsPerNode: p.GPUsPerNode, Topology: p.Topology, Labels: p.Labels}
+		for _, t := range p.Taints {
+			np.Taints = append(np.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+		}
+		if err := c.CreateNodePool(ctx, np); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range s.Spec.NodePools {
+		if err := c.WaitNodesReady(ctx, cluster.PoolSelector(p.Name), p.Count, 5*time.Minute); err != nil {
+			return nil, err
+		}
+	}
+	if err := waitServiceAccount(ctx, cs, ns); err != nil {
+		return nil, err
+	}
+
+	// The recorder's clock starts now; the workload's offsets are taken from t0 below.
+	rec := newRecorder(time.Now())
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if err := rec.watch(watchCtx, cs, gcs, ns); err != nil {
+		return nil, err
+	}
+	bar.phase("starting the agent fleet")
+	fleet, err := o.StartFleet(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 3*time.Minute, func() bool { return rec.statusCount() >= nodes }); err != nil {
+		return nil, fmt.Errorf("waiting for the agent fleet to publish %d GpuNodeStatus objects (have %d): %w", nodes, rec.statusCount(), err)
+	}
+	plan := scenario.Expand(s)
+	run := runID(short, began)
+	var sched *launch.Scheduler
+	schedOpts := launch.SchedulerOptions{Name: "gpu-scheduler", LeaseNamespace: LeaseNamespace, NodeStrategy: s.Spec.Scheduler.NodeStrategy, QPS: float32(s.Spec.Scheduler.QPS)}
+	if !stock {
+		bar.phase("starting the webhook and gpu-scheduler")
+		if _, err := launch.StartWebhook(ctx, c, launch.WebhookOptions{Namespace: LeaseNamespace}); err != nil {
+			return nil, err
+		}
+		if sched, err = launch.StartScheduler(ctx, c, schedOpts); err != nil {
+			return nil, err
+		}
+		bar.phase(fmt.Sprintf("creating %d GpuClaims", len(plan)))
+		if err := createClaims(ctx, gcs, plan, ns, run); err != nil {
+			return nil, err
+		}
+	}
+	res.Setup = time.Since(began)
+
+	before, err := scrapeRequests(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	workers := 32
+	if len(plan) > 2000 {
+		workers = 64
+	}
+	pl := &player{cs: cs, rec: rec, plan: plan, ns: ns, run: run, stock: stock, serial: s.Spec.Workload.Deterministic, workers: workers}
+	t0 := rec.now()
+	for i := range pl.plan {
+		pl.plan[i].At += t0
+		if pl.plan[i].DeleteAt > 0 {
+			pl.plan[i].DeleteAt += t0
+		}
+	}
+	wctx, cancelW := context.WithCancel(ctx)
+	defer cancelW()
+	var wg sync.WaitGroup
+	var rssMu sync.Mutex
+	wg.Go(func() { sampleRSS(wctx, c, &rssMu, res) })
+	f := &faults{c: c, cs: cs, fleet: fleet, stock: stock, sched: sched, schedOpts: schedOpts, res: res}
+	wg.Go(func() { f.play(wctx, s.Spec.Faults, rec, t0) })
+	playErr := make(chan error, 1)
+	go func() { playErr <- pl.play(wctx) }()
+
+	deadline := t0 + s.Spec.Timeout.Duration
+	timedOut := false
+	total := len(plan)
+	for {
+		bound, finished := rec.counts()
+		bar.update(bound, int(pl.created.Load()), total, rec.now()-t0)
+		if int(pl.created.Load())+int(pl.createErrors.Load()) >= total && pl.settled(rec) && pl.deletesDone.Load() {
+			break
+		}
+		_ = finished
+		if rec.now() > deadline {
+			timedOut = true
+			break
+		}
+		select {
+		case <-ctx.Done():
+			bar.done()
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	end := rec.now()
+	res.Workload = end - t0
+	bar.done()
+	after, err := scrapeRequests(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	cancelW()
+	wg.Wait()
+	if perr := <-playErr; perr != nil && !errors.Is(perr, context.Canceled) {
+		return nil, perr
+	}
+	if timedOut {
+		res.Notes = append(res.Notes, fmt.Sprintf("the workload did not finish within spec.timeout %s; pods still pending count as unscheduled", s.Spec.Timeout.Duration))
+	}
+	res.CreateErrors = pl.createErrors.Load()
+	if res.CreateErrors > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d pod creates failed (see the log)", res.CreateErrors))
+	}
+
+	// Figures.
+	in := collect(rec, plan, t0, end, stock)
+	res.Pods = in.Pods
+	res.Metrics = metrics.Compute(in)
+	res.Unschedulable = map[string]int{}
+	rec.mu.Lock()
+	for _, p := range plan {
+		if r := rec.pods[p.Name]; r != nil && !r.boundOK && r.unschedulable != "" {
+			msg := r.unschedulable
+			if len(msg) > 160 {
+				msg = msg[:160] + "..."
+			}
+			res.Unschedulable[msg]++
+		}
+	}
+	rec.mu.Unlock()
+	diff := after.Sub(before)
+	var total64 float64
+	res.Writes, res.SchedulingWrites, res.AgentWrites, total64 = metrics.Writes(diff)
+	_ = total64
+	for k, v := range diff {
+		if k.Resource == "events" && metrics.IsWrite(k.Verb) {
+			res.Events += v
+		}
+	}
+	if b := float64(res.Metrics.Bound); b > 0 {
+		res.SchedulingWritesPerPod = res.SchedulingWrites / b
+		res.EventsPerPod = res.Events / b
+		res.AgentWritesPerPod = res.AgentWrites / b
+		gpus := 0
+		for _, p := range in.Pods {
+			if p.BoundOK {
+				gpus += p.GPUs
+			}
+		}
+		res.MeanGPUsPerPod = float64(gpus) / b
+	}
+
+	// Clean up and count the leases that outlive their pods.
+	t := time.Now()
+	bar.phase("deleting the workload")
+	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return nil, fmt.Errorf("deleting the workload pods in %s: %w", ns, err)
+	}
+	_ = waitFor(ctx, 2*time.Minute, func() bool {
+		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(l.Items) == 0
+	})
+	if !stock {
+		_ = waitFor(ctx, 3*time.Minute, func() bool {
+			n, err := countLeases(ctx, cs)
+			res.LeasesLeft = n
+			return err == nil && n == 0
+		})
+	}
+	res.Teardown = time.Since(t)
+	bar.phase("")
+	return res, nil
+}
+
+// settled: every created pod is bound or ended.
+func (pl *player) settled(rec *recorder) bool {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, p := range pl.plan {
+		r := rec.pods[p.Name]
+		if r == nil || !r.createdOK {
+			return false
+		}
+		if !r.boundOK && !r.endedOK {
+			return false
+		}
+	}
+	return true
+}
+
+// collect turns the recorder's observations into metrics input, with offsets from t0.
+func collect(rec *recorder, plan []scenario.PodPlan, t0, end time.Duration, stock bool) metrics.Input {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	in := metrics.Input{AnyN: stock, End: end - t0}
+	names := make([]string, 0, len(rec.nodes))
+	for n := range rec.nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		st := rec.nodes[n]
+		node := metrics.Node{Name: n, Islands: make([]string, len(st.Status.Devices))}
+		if i := strings.LastIndexByte(n, '-'); i > 0 {
+			node.Pool = n[:i]
+		}
+		for _, d := range st.Status.Devices {
+			if int(d.ID) < len(node.Islands) {
+				node.Islands[d.ID] = d.Island
+			}
+		}
+		in.Nodes = append(in.Nodes, node)
+	}
+	for _, h := range rec.health {
+		h.At = max(h.At-t0, 0)
+		in.Health = append(in.Health, h)
+	}
+	for _, p := range plan {
+		r := rec.pods[p.Name]
+		mp := metrics.Pod{Name: p.Name, Kind: p.Kind, GPUs: p.Claim.Count, Shared: p.Claim.Exclusivity == string(gpuv1.Shared)}
+		if r != nil {
+			mp.Created = r.created - t0
+			if r.boundOK {
+				mp.Bound, mp.BoundOK, mp.Node, mp.IDs = r.bound-t0, true, r.node, r.ids
+			}
+			if r.endedOK {
+				mp.Ended, mp.EndedOK = r.ended-t0, true
+			}
+		}
+		in.Pods = append(in.Pods, mp)
+	}
+	return in
+}
+
+func scrapeRequests(ctx context.Context, cs kubernetes.Interface) (metrics.RequestCounts, error) {
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the apiserver's /metrics: %w", err)
+	}
+	return metrics.ParseRequestTotals(string(raw))
+}
+
+func countLeases(ctx context.Context, cs kubernetes.Interface) (int, error) {
+	l, err := cs.CoordinationV1().Leases(LeaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: gpuv1.LabelLeaseNode})
+	if err != nil {
+		return 0, err
+	}
+	return len(l.Items), nil
+}
+
+func waitServiceAccount(ctx context.Context, cs kubernetes.Interface, ns string) error {
+	err := waitFor(ctx, time.Minute, func() bool {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for service account %s/default: %w", ns, err)
+	}
+	return nil
+}
+
+// waitFor polls cond every 200ms until it holds or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+}
+
+// sampleRSS records the peak resident memory of all processes together, every second.
+func sampleRSS(ctx context.Context, c *cluster.Cluster, mu *sync.Mutex, res *RunResult) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		var total int64
+		mu.Lock()
+		for _, p := range c.Processes() {
+			total += p.RSSBytes
+			res.PeakRSSByProcess[p.Name] = max(res.PeakRSSByProcess[p.Name], p.RSSBytes)
+		}
+		if self, err := cluster.RSS(os.Getpid()); err == nil {
+			total += self
+			res.PeakRSSByProcess["gpu-sim"] = max(res.PeakRSSByProcess["gpu-sim"], self)
+		}
+		res.PeakRSSBytes = max(res.PeakRSSBytes, total)
+		mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// copyLogs keeps the components' logs of a run next to its report.
+func copyLogs(workDir, dst string) {
+	src := filepath.Join(workDir, "logs")
+	entries, err := os.ReadDir(src)
+	if err != nil || os.MkdirAll(dst, 0o755) != nil {
+		return
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err == nil {
+			_ = os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644)
+		}
+	}
+}
+
+// killPID ends a process this run started (the stock scheduler) by its PID.
+func killPID(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
