@@ -187,7 +187,9 @@ func runOne(ctx context.Context, o Options, mode string) (res *RunResult, err er
 		return nil, err
 	}
 	bar.phase("starting the agent fleet")
-	fleet, err := o.StartFleet(ctx, c)
+	fleetCtx, stopFleet := context.WithCancel(ctx)
+	defer stopFleet() // before the cluster stops (defers run last-in first-out)
+	fleet, err := o.StartFleet(fleetCtx, c)
 	if err != nil {
 		return nil, err
 	}

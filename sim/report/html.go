@@ -1,0 +1,190 @@
+package report
+
+import (
+	"fmt"
+	"hash/fnv"
+	"html/template"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/runner"
+)
+
+// mapNodes bounds the GPU map: beyond this many nodes per run the map shows the first ones.
+const mapNodes = 120
+
+var colours = map[string]string{runner.ModeGPU: "#1f77b4", runner.ModeStock: "#d62728"}
+
+// utilizationSVG draws utilization (solid) and fragmentation (dashed) of every run over time.
+func utilizationSVG(runs []*runner.RunResult) template.HTML {
+	const w, h, left, bottom = 720.0, 260.0, 50.0, 30.0
+	var end time.Duration
+	for _, x := range runs {
+		if n := len(x.Metrics.Samples); n > 0 {
+			end = max(end, x.Metrics.Samples[n-1].At)
+		}
+	}
+	if end == 0 {
+		end = time.Second
+	}
+	px := func(t time.Duration) float64 { return left + (w-left-10)*float64(t)/float64(end) }
+	py := func(v float64) float64 { return (h - bottom) - (h-bottom-10)*v }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-size="11" font-family="sans-serif">`, w, h)
+	for _, v := range []float64{0, 0.25, 0.5, 0.75, 1} {
+		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.0f" y="%.1f" text-anchor="end">%.0f%%</text>`,
+			left, w-10, py(v), py(v), left-4, py(v)+4, v*100)
+	}
+	for i := 0; i <= 5; i++ {
+		t := end * time.Duration(i) / 5
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`, px(t), h-10, t.Round(time.Second))
+	}
+	for _, x := range runs {
+		for _, frag := range []bool{false, true} {
+			var pts []string
+			for _, s := range x.Metrics.Samples {
+				v := s.Utilization
+				if frag {
+					v = s.Fragmentation
+				}
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.At), py(v)))
+			}
+			dash := ""
+			if frag {
+				dash = ` stroke-dasharray="4 3" stroke-opacity="0.6"`
+			}
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6"%s points="%s"/>`, colours[x.Mode], dash, strings.Join(pts, " "))
+		}
+	}
+	y := 14.0
+	for _, x := range runs {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s: utilization (solid), fragmentation (dashed)</text>`, left+10, y, colours[x.Mode], x.Mode)
+		y += 14
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// islandHue gives each island of a node its own hue.
+func islandHue(islands []string, isl string) int {
+	seen := map[string]int{}
+	for _, i := range islands {
+		if _, ok := seen[i]; !ok {
+			seen[i] = len(seen)
+		}
+	}
+	return (seen[isl] * 67) % 360
+}
+
+func holderLightness(holder string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(holder))
+	return 30 + int(h.Sum32()%25)
+}
+
+// gpuMapSVG draws each node as a row of GPU cells: hue = island, dark = held (shade by pod),
+// pale = free, red border = unhealthy.
+func gpuMapSVG(m []metrics.NodeMap) template.HTML {
+	n := min(len(m), mapNodes)
+	const cell, gap, label = 11.0, 2.0, 110.0
+	cols := 2
+	perCol := (n + cols - 1) / cols
+	maxGPUs := 0
+	for _, nm := range m[:n] {
+		maxGPUs = max(maxGPUs, len(nm.Islands))
+	}
+	colW := label + float64(maxGPUs)*(cell+gap) + 20
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-size="9" font-family="monospace">`,
+		colW*float64(cols), float64(perCol)*(cell+gap)+4)
+	for i, nm := range m[:n] {
+		x0 := float64(i/max(perCol, 1)) * colW
+		y := float64(i%max(perCol, 1)) * (cell + gap)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f">%s</text>`, x0, y+cell-2, template.HTMLEscapeString(nm.Name))
+		for g, isl := range nm.Islands {
+			hue := islandHue(nm.Islands, isl)
+			fill := fmt.Sprintf("hsl(%d,45%%,88%%)", hue)
+			title := fmt.Sprintf("%s GPU %d, island %s, free", nm.Name, g, isl)
+			if h := nm.Holders[g]; h != "" {
+				fill = fmt.Sprintf("hsl(%d,70%%,%d%%)", hue, holderLightness(h))
+				title = fmt.Sprintf("%s GPU %d, island %s, held by %s", nm.Name, g, isl, h)
+			}
+			stroke := "#fff"
+			if g < len(nm.Unhealthy) && nm.Unhealthy[g] {
+				stroke = "#e00"
+				title += ", Unhealthy"
+			}
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.0f" height="%.0f" fill="%s" stroke="%s"><title>%s</title></rect>`,
+				x0+label+float64(g)*(cell+gap), y, cell, cell, fill, stroke, template.HTMLEscapeString(title))
+		}
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+var page = template.Must(template.New("report").Funcs(template.FuncMap{"shift": func(v int64) int64 { return v >> 20 }}).Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>gpu-sim {{.R.Scenario}}</title>
+<style>
+body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}
+th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-weight:bold}
+.side{display:flex;gap:2em;flex-wrap:wrap}.note{color:#555;font-size:13px;max-width:900px}
+</style></head><body>
+<h1>Scenario {{.R.Scenario}}</h1>
+<p>{{.R.Description}}</p>
+<p class="note">{{.R.File}}: {{.R.Nodes}} nodes, {{.R.GPUs}} GPUs, {{.R.Pods}} pods asking for {{.R.Workload.GPUs}} GPUs, seed {{.R.Seed}}. Started {{.R.Started.Format "2006-01-02 15:04:05"}}, wall time {{.Wall}}.</p>
+{{if .R.Checks}}<h2>Expectations (gpu-scheduler run)</h2><table><tr><th>check</th><th>want</th><th>got</th><th></th></tr>
+{{range .R.Checks}}<tr><td>{{.Name}}</td><td>{{.Want}}</td><td>{{.Got}}</td><td class="{{if .Pass}}pass{{else}}fail{{end}}">{{if .Pass}}PASS{{else}}FAIL{{end}}</td></tr>{{end}}</table>{{end}}
+<h2>gpu-scheduler vs stock kube-scheduler</h2>
+<table><tr><th></th>{{range .R.Runs}}<th>{{.Mode}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>
+{{range .R.Notes}}<p class="note">{{.}}</p>{{end}}
+{{range .R.Runs}}{{$m := .Mode}}{{range .Notes}}<p class="note">{{$m}}: {{.}}</p>{{end}}{{end}}
+<h2>GPU utilization and fragmentation over time</h2>
+{{.Util}}
+<h2>GPU map at peak utilization</h2>
+<p class="note">One row per node, one cell per GPU. Hue: NVLink island within the node; dark: held (shade tells pods apart; hover for the pod), pale: free; red border: Unhealthy. {{if .Truncated}}The first {{.MapNodes}} nodes are shown.{{end}}</p>
+<div class="side">{{range .Maps}}<div><h3>{{.Mode}} (at {{.At}})</h3>{{.SVG}}</div>{{end}}</div>
+<h2>API writes during the workload</h2>
+<div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table><tr><th>request</th><th>count</th><th>scheduling</th></tr>
+{{range .Writes}}<tr><td>{{.Key}}</td><td>{{printf "%.0f" .Count}}</td><td>{{if .Scheduling}}yes{{end}}</td></tr>{{end}}</table></div>{{end}}</div>
+<p class="note">Scheduling writes: pod bindings, GPU lease creates (conflicts included), GpuClaim writes and pod patches. Lease deletes (releases), the workload's own creates, kwok's status updates and node heartbeats, events and the agent's GpuNodeStatus writes are listed but not counted as scheduling writes.</p>
+<h2>Peak memory by process</h2>
+<div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table>{{range $k, $v := .PeakRSSByProcess}}<tr><td>{{$k}}</td><td>{{printf "%d MiB" (shift $v)}}</td></tr>{{end}}</table></div>{{end}}</div>
+</body></html>
+`))
+
+// WriteHTML writes the self-contained HTML report.
+func (r *Report) WriteHTML(path string) error {
+	type mapView struct {
+		Mode string
+		At   time.Duration
+		SVG  template.HTML
+	}
+	data := struct {
+		R         *Report
+		Rows      [][]string
+		Util      template.HTML
+		Maps      []mapView
+		Wall      time.Duration
+		Truncated bool
+		MapNodes  int
+	}{R: r, Rows: r.rows(), Util: utilizationSVG(r.Runs), Wall: r.Wall.Round(time.Second), MapNodes: mapNodes}
+	for _, x := range r.Runs {
+		data.Maps = append(data.Maps, mapView{Mode: x.Mode, At: x.Metrics.PeakAt.Round(time.Second), SVG: gpuMapSVG(x.Metrics.Map)})
+		if len(x.Metrics.Map) > mapNodes {
+			data.Truncated = true
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("creating report %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := page.Execute(f, data); err != nil {
+		return fmt.Errorf("rendering report %s: %w", path, err)
+	}
+	return nil
+}

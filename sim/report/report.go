@@ -1,0 +1,227 @@
+// Package report presents simulator runs: a terminal table, JSON for machines and a
+// self-contained HTML page (inline SVG charts, no scripts, nothing fetched at view time).
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpu-scheduler/gpu-scheduler/sim/runner"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
+)
+
+// AnyNNote says how the stock scheduler's GPU IDs are read.
+const AnyNNote = "The stock kube-scheduler only counts nvidia.com/gpu: it picks a node, not GPU IDs. Its pods are read as getting \"any N of the node's GPUs\" (modelled as the lowest-numbered free healthy ones), so its island and contiguity figures show what that node choice allows, not what a device plugin would pick."
+
+// Check is one expectation of the scenario, judged on the gpu-scheduler run.
+type Check struct {
+	Name string `json:"name"`
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	Pass bool   `json:"pass"`
+}
+
+// Report is everything about one scenario run.
+type Report struct {
+	Scenario    string              `json:"scenario"`
+	Description string              `json:"description,omitempty"`
+	File        string              `json:"file"`
+	Seed        int64               `json:"seed"`
+	Started     time.Time           `json:"started"`
+	Wall        time.Duration       `json:"wall"`
+	Nodes       int                 `json:"nodes"`
+	GPUs        int                 `json:"gpus"`
+	Pods        int                 `json:"pods"`
+	Runs        []*runner.RunResult `json:"runs"`
+	Checks      []Check             `json:"checks"`
+	Ratios      map[string]float64  `json:"ratios,omitempty"`
+	Notes       []string            `json:"notes,omitempty"`
+	Workload    scenario.Summary    `json:"workload"`
+	Spec        *scenario.Scenario  `json:"spec"`
+}
+
+// Build assembles the report and judges the expectations.
+func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started time.Time, wall time.Duration) *Report {
+	nodes, gpus := s.TotalNodes()
+	plan := scenario.Expand(s)
+	r := &Report{Scenario: s.Metadata.Name, Description: s.Metadata.Description, File: file, Seed: s.Spec.Seed,
+		Started: started, Wall: wall, Nodes: nodes, GPUs: gpus, Pods: len(plan), Runs: runs,
+		Workload: scenario.Summarize(plan), Spec: s, Ratios: map[string]float64{}}
+	ours, stock := r.Run(runner.ModeGPU), r.Run(runner.ModeStock)
+	if stock != nil {
+		r.Notes = append(r.Notes, AnyNNote)
+		if stock.Metrics.Throughput > 0 {
+			r.Ratios["throughput"] = ours.Metrics.Throughput / stock.Metrics.Throughput
+		}
+		if stock.Metrics.LatencyP99 > 0 {
+			r.Ratios["latencyP99"] = float64(ours.Metrics.LatencyP99) / float64(stock.Metrics.LatencyP99)
+		}
+	}
+	if ours == nil {
+		return r
+	}
+	e := s.Spec.Expectations
+	m := ours.Metrics
+	maxCheck := func(name string, limit *int, got int) {
+		if limit != nil {
+			r.Checks = append(r.Checks, Check{Name: name, Want: fmt.Sprintf("<= %d", *limit), Got: fmt.Sprint(got), Pass: got <= *limit})
+		}
+	}
+	maxCheck("double-booked GPUs", e.MaxDoubleBookedGPUs, m.DoubleBookedGPUs)
+	maxCheck("allocations on unhealthy GPUs", e.MaxUnhealthyAllocations, m.UnhealthyAllocations)
+	maxCheck("GPU leases left after all pods are gone", e.MaxLeasesLeft, ours.LeasesLeft)
+	if e.MinIslandLocalRatio != nil {
+		got := m.IslandLocalRatio
+		pass := got >= *e.MinIslandLocalRatio || m.IslandPossible == 0
+		r.Checks = append(r.Checks, Check{Name: "island-local share of multi-GPU pods (where a free island fit)",
+			Want: fmt.Sprintf(">= %.0f%%", *e.MinIslandLocalRatio*100), Got: fmt.Sprintf("%.1f%% (%d of %d)", got*100, m.IslandLocal, m.IslandPossible), Pass: pass})
+	}
+	if d := e.AllScheduledWithin; d != nil {
+		pass := m.Unscheduled == 0 && m.LastBound <= d.Duration
+		got := fmt.Sprintf("last bound at %s", m.LastBound.Round(time.Millisecond))
+		if m.Unscheduled > 0 {
+			got = fmt.Sprintf("%d pods never bound", m.Unscheduled)
+		}
+		r.Checks = append(r.Checks, Check{Name: "every pod scheduled", Want: "by " + d.Duration.String(), Got: got, Pass: pass})
+	}
+	return r
+}
+
+// Run returns the run of one mode, or nil.
+func (r *Report) Run(mode string) *runner.RunResult {
+	for _, x := range r.Runs {
+		if x.Mode == mode {
+			return x
+		}
+	}
+	return nil
+}
+
+// Passed reports whether every expectation held.
+func (r *Report) Passed() bool {
+	for _, c := range r.Checks {
+		if !c.Pass {
+			return false
+		}
+	}
+	return true
+}
+
+func pct(v float64) string { return fmt.Sprintf("%.1f%%", v*100) }
+
+func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
+
+func dur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	default:
+		return d.Round(100 * time.Microsecond).String()
+	}
+}
+
+// rows are the comparison table's lines: a label and one value per run.
+func (r *Report) rows() [][]string {
+	type f func(x *runner.RunResult) string
+	items := []struct {
+		label string
+		f     f
+	}{
+		{"pods bound / created", func(x *runner.RunResult) string { return fmt.Sprintf("%d / %d", x.Metrics.Bound, x.Metrics.Pods) }},
+		{"throughput (pods bound/s)", func(x *runner.RunResult) string { return fmt.Sprintf("%.1f", x.Metrics.Throughput) }},
+		{"latency p50 (created -> bound)", func(x *runner.RunResult) string { return dur(x.Metrics.LatencyP50) }},
+		{"latency p99", func(x *runner.RunResult) string { return dur(x.Metrics.LatencyP99) }},
+		{"last pod bound at", func(x *runner.RunResult) string { return dur(x.Metrics.LastBound) }},
+		{"scheduling API writes / pod", func(x *runner.RunResult) string {
+			return fmt.Sprintf("%.2f (mean %.2f GPUs/pod)", x.SchedulingWritesPerPod, x.MeanGPUsPerPod)
+		}},
+		{"events / pod", func(x *runner.RunResult) string { return fmt.Sprintf("%.2f", x.EventsPerPod) }},
+		{"agent status writes / pod", func(x *runner.RunResult) string { return fmt.Sprintf("%.2f", x.AgentWritesPerPod) }},
+		{"island-local multi-GPU pods", func(x *runner.RunResult) string {
+			return fmt.Sprintf("%s (%d of %d where a free island fit; %d multi-GPU)", pct(x.Metrics.IslandLocalRatio), x.Metrics.IslandLocal, x.Metrics.IslandPossible, x.Metrics.MultiGPU)
+		}},
+		{"contiguous multi-GPU pods", func(x *runner.RunResult) string { return pct(x.Metrics.ContiguityRatio) }},
+		{"fragmentation (mean)", func(x *runner.RunResult) string { return pct(x.Metrics.MeanFragmentation) }},
+		{"GPU utilization mean / peak", func(x *runner.RunResult) string {
+			return pct(x.Metrics.MeanUtilization) + " / " + pct(x.Metrics.PeakUtilization)
+		}},
+		{"double-booked GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.DoubleBookedGPUs) }},
+		{"allocations on unhealthy GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.UnhealthyAllocations) }},
+		{"GPU leases left after pods gone", func(x *runner.RunResult) string {
+			if x.Mode == runner.ModeStock {
+				return "n/a (no leases)"
+			}
+			return fmt.Sprint(x.LeasesLeft)
+		}},
+		{"peak RSS, all processes", func(x *runner.RunResult) string { return mib(x.PeakRSSBytes) }},
+		{"setup / workload / teardown", func(x *runner.RunResult) string {
+			return dur(x.Setup) + " / " + dur(x.Workload) + " / " + dur(x.Teardown)
+		}},
+	}
+	var out [][]string
+	for _, it := range items {
+		row := []string{it.label}
+		for _, x := range r.Runs {
+			row = append(row, it.f(x))
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// Table writes the terminal report.
+func (r *Report) Table(w io.Writer) {
+	fmt.Fprintf(w, "\nScenario %s (%s): %d nodes, %d GPUs, %d pods (%d GPUs asked), seed %d; wall time %s\n",
+		r.Scenario, r.File, r.Nodes, r.GPUs, r.Pods, r.Workload.GPUs, r.Seed, r.Wall.Round(time.Second))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	head := []string{""}
+	for _, x := range r.Runs {
+		head = append(head, x.Mode)
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, row := range r.rows() {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	_ = tw.Flush()
+	if v, ok := r.Ratios["throughput"]; ok {
+		fmt.Fprintf(w, "throughput gpu-scheduler / stock: %.2fx\n", v)
+	}
+	for _, x := range r.Runs {
+		for _, n := range x.Notes {
+			fmt.Fprintf(w, "note (%s): %s\n", x.Mode, n)
+		}
+		for msg, n := range x.Unschedulable {
+			fmt.Fprintf(w, "unscheduled (%s): %d pods: %s\n", x.Mode, n, msg)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if len(r.Checks) > 0 {
+		fmt.Fprintln(w, "expectations (gpu-scheduler run):")
+		for _, c := range r.Checks {
+			mark := "PASS"
+			if !c.Pass {
+				mark = "FAIL"
+			}
+			fmt.Fprintf(w, "  %s  %s: want %s, got %s\n", mark, c.Name, c.Want, c.Got)
+		}
+	}
+}
+
+// WriteJSON writes the report as JSON.
+func (r *Report) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding report %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("writing report %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-scheduler/gpu-scheduler/agent"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
+	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+)
+
+// inProcessFleet runs the production agent fleet (package agent/fleet: one agent loop per kwok
+// node over the mock NVML of the node's topology) inside this process until ctx ends.
+type inProcessFleet struct{ f *fleet.Fleet }
+
+func (p inProcessFleet) Inject(_ context.Context, node string, gpu int, fault string) error {
+	ft, err := mock.ParseFault(fault)
+	if err != nil {
+		return err
+	}
+	return p.f.InjectFault(node, gpu, ft)
+}
+
+// StartInProcessFleet starts the agent fleet for c's nodes. Probes run every 2s and a GPU
+// recovers after 10s without faults, so a scenario's faults and recoveries show within seconds.
+func StartInProcessFleet(ctx context.Context, c *cluster.Cluster) (Fleet, error) {
+	cfg := c.RESTConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client for the agent fleet: %w", err)
+	}
+	gcs, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("GPU client for the agent fleet: %w", err)
+	}
+	f, err := fleet.New(fleet.Config{
+		KubeClient: cs, GPUClient: gcs, LeaseNamespace: LeaseNamespace,
+		Agent:    agent.Config{ProbeInterval: 2 * time.Second, RecoveryQuietPeriod: 10 * time.Second},
+		WriteQPS: 300, WriteBurst: 600,
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		if err := f.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Agent fleet stopped")
+		}
+	}()
+	return inProcessFleet{f: f}, nil
+}
