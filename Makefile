@@ -37,7 +37,7 @@ unit:
 
 ## test: everything CI runs: verify, unit tests, integration and acceptance tests
 .PHONY: test
-test: verify unit test-integration
+test: verify unit test-chart test-integration
 
 ## tools: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl, helm into _output/bin (only when a pin changed)
 .PHONY: tools
@@ -72,3 +72,34 @@ cluster-status:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gpu-sim ./cmd/gpu-sim
 	$(BIN)/gpu-sim cluster status
+
+# Container images. No container engine runs on the development machines of this project: these
+# targets are for machines with Docker (or CONTAINER_ENGINE=podman).
+CONTAINER_ENGINE ?= docker
+REGISTRY         ?= ghcr.io/gpu-scheduler
+TAG              ?= dev
+DOCKER_BUILD     = $(CONTAINER_ENGINE) build -f build/Dockerfile $(DOCKER_BUILD_ARGS)
+
+## docker: build the scheduler image $(REGISTRY)/gpu-scheduler:$(TAG) (needs Docker)
+.PHONY: docker
+docker:
+	$(DOCKER_BUILD) --target scheduler -t $(REGISTRY)/gpu-scheduler:$(TAG) .
+
+## docker-webhook: build the webhook image $(REGISTRY)/gpu-webhook:$(TAG) (needs Docker)
+.PHONY: docker-webhook
+docker-webhook:
+	$(DOCKER_BUILD) --target webhook -t $(REGISTRY)/gpu-webhook:$(TAG) .
+
+## docker-agent: build the NVML agent image $(REGISTRY)/gpu-agent:$(TAG) (needs Docker)
+.PHONY: docker-agent
+docker-agent:
+	$(DOCKER_BUILD) --target agent -t $(REGISTRY)/gpu-agent:$(TAG) .
+
+## docker-all: build all three images
+.PHONY: docker-all
+docker-all: docker docker-webhook docker-agent
+
+## test-chart: helm lint, golden renderings and schema tests of charts/gpu-scheduler (the install test runs in test-integration)
+.PHONY: test-chart
+test-chart: tools
+	GPU_SCHEDULER_REQUIRE_HELM=1 $(GO) test -count=1 ./test/chart/

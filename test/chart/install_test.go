@@ -1,0 +1,807 @@
+//go:build integration
+
+package chart
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
+)
+
+// installEnv is the state the install test's steps share.
+type installEnv struct {
+	c          *cluster.Cluster
+	kube       kubernetes.Interface
+	gpu        versioned.Interface
+	dyn        dynamic.Interface
+	mapper     meta.RESTMapper
+	helmEnv    []string
+	gpuNode    string
+	manifest   []*unstructured.Unstructured
+	secretData map[string][]byte
+}
+
+const (
+	gpuPool     = "gpu"
+	userNS      = "team-a"
+	schedulerSA = releaseName          // the scheduler's ServiceAccount with the default values
+	webhookSA   = releaseName + "-webhook"
+	agentSA     = releaseName + "-agent"
+	webhookSvc  = releaseName + "-webhook"
+)
+
+// TestInstall installs the chart into a real control plane and runs the components' binaries
+// with the credentials of the chart's own ServiceAccounts, then upgrades and uninstalls it.
+// kwok plays the kubelets, so the chart's pods "run" without containers; the binaries run
+// on this machine instead.
+func TestInstall(t *testing.T) {
+	helmBinary(t)
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 15*time.Minute)
+	defer cancel()
+
+	c, err := cluster.Start(ctx, cluster.Config{Name: "chart-it", StockScheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+	e := &installEnv{c: c, helmEnv: []string{"KUBECONFIG=" + c.Kubeconfig()}, gpuNode: cluster.NodeName(gpuPool, 0)}
+	cfg := c.RESTConfig()
+	e.kube = kubernetes.NewForConfigOrDie(cfg)
+	e.gpu = versioned.NewForConfigOrDie(cfg)
+	e.dyn = dynamic.NewForConfigOrDie(cfg)
+	e.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(cfg)))
+
+	// Two plain nodes for the Deployments, one GPU node (the label GPU feature discovery sets)
+	// for the agent DaemonSet, and the RuntimeClass the NVIDIA container toolkit installs.
+	for _, p := range []cluster.NodePool{
+		{Name: "system", Count: 2},
+		{Name: gpuPool, Count: 1, GPUsPerNode: 8, Topology: "two-island", Labels: map[string]string{"nvidia.com/gpu.present": "true"}},
+	} {
+		if err := c.CreateNodePool(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WaitNodesReady(ctx, cluster.PoolSelector(p.Name), p.Count, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.kube.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "nvidia"}, Handler: "nvidia"}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The command docs/install.md gives, plus --wait: every Deployment and the DaemonSet ready.
+	out, err := runHelm(t, e.helmEnv, "install", releaseName, chartDir(t), "--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("helm install:\n%s", firstLines(out, 6))
+	manifest, err := runHelm(t, e.helmEnv, "get", "manifest", releaseName, "--namespace", releaseNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.manifest = parseObjects(t, manifest)
+
+	steps := []struct {
+		name string
+		run  func(*testing.T, context.Context, *installEnv)
+	}{
+		{"CRDs established", checkCRDs},
+		{"every object created", checkObjectsExist},
+		{"workloads ready", checkWorkloads},
+		{"webhook serves the chart certificate", checkWebhookCertificate},
+		{"RBAC by SubjectAccessReview", checkAccessReviews},
+		{"components run with their ServiceAccount tokens", checkComponents},
+		{"upgrade keeps the webhook certificate", checkUpgrade},
+		{"uninstall", checkUninstall},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.run(t, ctx, e) }) {
+			return // later steps build on this one
+		}
+	}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
+func checkCRDs(t *testing.T, ctx context.Context, e *installEnv) {
+	crdGVR := apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
+	for _, name := range []string{"gpuclaims.gpu.scheduling", "gpunodestatuses.gpu.scheduling"} {
+		u, err := e.dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("CRD %s: %v", name, err)
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		into(t, u, &crd)
+		established := false
+		for _, c := range crd.Status.Conditions {
+			established = established || (c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue)
+		}
+		if !established {
+			t.Errorf("CRD %s is not Established: %+v", name, crd.Status.Conditions)
+		}
+	}
+}
+
+func (e *installEnv) resource(t *testing.T, o *unstructured.Unstructured) dynamic.ResourceInterface {
+	t.Helper()
+	gvk := o.GroupVersionKind()
+	m, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		t.Fatalf("%s: %v", gvk, err)
+	}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ns := o.GetNamespace()
+		if ns == "" {
+			ns = releaseNamespace
+		}
+		return e.dyn.Resource(m.Resource).Namespace(ns)
+	}
+	return e.dyn.Resource(m.Resource)
+}
+
+func checkObjectsExist(t *testing.T, ctx context.Context, e *installEnv) {
+	kinds := map[string]int{}
+	for _, o := range e.manifest {
+		if _, err := e.resource(t, o).Get(ctx, o.GetName(), metav1.GetOptions{}); err != nil {
+			t.Errorf("%s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		kinds[o.GetKind()]++
+	}
+	t.Logf("%d objects: %v", len(e.manifest), kinds)
+	for _, k := range []string{"Deployment", "DaemonSet", "ConfigMap", "Secret", "Service", "ServiceAccount", "ClusterRole",
+		"ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		if kinds[k] == 0 {
+			t.Errorf("the release has no %s", k)
+		}
+	}
+}
+
+func checkWorkloads(t *testing.T, ctx context.Context, e *installEnv) {
+	for _, name := range []string{releaseName, webhookSvc} {
+		d, err := e.kube.AppsV1().Deployments(releaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Status.ReadyReplicas != *d.Spec.Replicas {
+			t.Errorf("Deployment %s: %d of %d replicas ready", name, d.Status.ReadyReplicas, *d.Spec.Replicas)
+		}
+	}
+	ds, err := e.kube.AppsV1().DaemonSets(releaseNamespace).Get(ctx, agentSA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Exactly the one GPU node runs the agent.
+	if ds.Status.DesiredNumberScheduled != 1 || ds.Status.NumberReady != 1 {
+		t.Errorf("DaemonSet %s: desired %d, ready %d; want 1 and 1 (the GPU node only)", ds.Name, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady)
+	}
+	pods, err := e.kube.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != e.gpuNode {
+			t.Errorf("agent pod %s runs on %s, want %s", p.Name, p.Spec.NodeName, e.gpuNode)
+		}
+	}
+}
+
+// The chart's Secret, served by the real webhook binary with the chart's own arguments, is
+// trusted through the CA bundle of the webhook configurations under the Service's DNS name.
+func checkWebhookCertificate(t *testing.T, ctx context.Context, e *installEnv) {
+	secret, err := e.kube.CoreV1().Secrets(releaseNamespace).Get(ctx, webhookSvc+"-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.secretData = secret.Data
+	mwc, err := e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookSvc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(dir, f), secret.Data[f], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := startWebhook(t, ctx, e, dir)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(mwc.Webhooks[0].ClientConfig.CABundle) {
+		t.Fatal("the MutatingWebhookConfiguration's caBundle holds no certificate")
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, ServerName: webhookSvc + "." + releaseNamespace + ".svc", MinVersion: tls.VersionTLS12,
+	}}}
+	resp, err := client.Get("https://" + addr + "/readyz")
+	if err != nil {
+		t.Fatalf("TLS to the webhook as %s.%s.svc with the configuration's CA bundle: %v", webhookSvc, releaseNamespace, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz: %s", resp.Status)
+	}
+}
+
+// startWebhook runs bin/gpu-webhook with the arguments of the chart's Deployment, with the
+// certificate files in certDir and a free loopback port, and returns its address.
+func startWebhook(t *testing.T, ctx context.Context, e *installEnv, certDir string) string {
+	t.Helper()
+	bin, err := launch.Binary(ctx, "gpu-webhook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.kube.AppsV1().Deployments(releaseNamespace).Get(ctx, webhookSvc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	var args []string
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		switch {
+		case strings.HasPrefix(a, "--listen-address="):
+			a = "--listen-address=" + addr
+		case strings.HasPrefix(a, "--tls-cert-file="):
+			a = "--tls-cert-file=" + filepath.Join(certDir, "tls.crt")
+		case strings.HasPrefix(a, "--tls-private-key-file="):
+			a = "--tls-private-key-file=" + filepath.Join(certDir, "tls.key")
+		}
+		args = append(args, a)
+	}
+	p, err := e.c.StartProcess("gpu-webhook-"+strconv.Itoa(port), bin, args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
+	insecure := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // readiness only
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := insecure.Get("https://" + addr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("gpu-webhook %v did not become ready: %v\n%s", args, err, p.LogTail(30))
+	}
+	return addr
+}
+
+// access is one question to the authorizer: may this ServiceAccount do that?
+type access struct {
+	sa      string
+	verb    string
+	group   string
+	res     string
+	sub     string
+	ns      string
+	name    string
+	allowed bool
+}
+
+func (a access) String() string {
+	r := a.res
+	if a.sub != "" {
+		r += "/" + a.sub
+	}
+	if a.group != "" {
+		r += "." + a.group
+	}
+	where := "cluster-wide"
+	if a.ns != "" {
+		where = "in " + a.ns
+	}
+	return fmt.Sprintf("%s %s %s %s", a.sa, a.verb, r, where)
+}
+
+func checkAccessReviews(t *testing.T, ctx context.Context, e *installEnv) {
+	const coord, gpu = "coordination.k8s.io", "gpu.scheduling"
+	for _, a := range []access{
+		// The scheduler.
+		{schedulerSA, "list", "", "pods", "", "", "", true},
+		{schedulerSA, "create", "", "pods", "binding", userNS, "", true},
+		{schedulerSA, "update", gpu, "gpuclaims", "status", userNS, "", true},
+		{schedulerSA, "watch", gpu, "gpunodestatuses", "", "", "", true},
+		{schedulerSA, "create", coord, "leases", "", releaseNamespace, "", true},
+		{schedulerSA, "delete", coord, "leases", "", releaseNamespace, "", true},
+		{schedulerSA, "create", coord, "leases", "", "default", "", false},
+		{schedulerSA, "create", coord, "leases", "", "kube-system", "", false},
+		{schedulerSA, "update", gpu, "gpuclaims", "", userNS, "", false},
+		{schedulerSA, "update", gpu, "gpunodestatuses", "status", "", "", false},
+		{schedulerSA, "delete", "", "nodes", "", "", "", false},
+		{schedulerSA, "get", "", "secrets", "", "kube-system", "", false},
+		{schedulerSA, "get", "", "secrets", "", releaseNamespace, "", false},
+		{schedulerSA, "create", "", "pods", "", userNS, "", false},
+		// The agent.
+		{agentSA, "create", gpu, "gpunodestatuses", "", "", "", true},
+		{agentSA, "update", gpu, "gpunodestatuses", "status", "", "", true},
+		{agentSA, "patch", "", "nodes", "", "", "", true},
+		{agentSA, "watch", coord, "leases", "", releaseNamespace, "", true},
+		{agentSA, "create", coord, "leases", "", releaseNamespace, "", false},
+		{agentSA, "list", coord, "leases", "", "default", "", false},
+		{agentSA, "delete", "", "nodes", "", "", "", false},
+		{agentSA, "get", "", "secrets", "", "kube-system", "", false},
+		{agentSA, "list", "", "pods", "", "", "", false},
+		{agentSA, "update", gpu, "gpuclaims", "status", userNS, "", false},
+		// The webhook calls no API at all.
+		{webhookSA, "list", "", "pods", "", "", "", false},
+		{webhookSA, "get", "", "secrets", "", releaseNamespace, "", false},
+		{webhookSA, "get", coord, "leases", "", releaseNamespace, "", false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + releaseNamespace + ":" + a.sa,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNamespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: a.ns, Verb: a.verb, Group: a.group, Resource: a.res, Subresource: a.sub, Name: a.name,
+			},
+		}}
+		got, err := e.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != a.allowed {
+			t.Errorf("%s: allowed=%t, want %t (%s)", a, got.Status.Allowed, a.allowed, got.Status.Reason)
+		}
+	}
+}
+
+// tokenConfig requests a token for one of the chart's ServiceAccounts (TokenRequest API) and
+// returns a client configuration that authenticates with it only, and a kubeconfig file for it.
+func tokenConfig(t *testing.T, ctx context.Context, e *installEnv, sa string) (*rest.Config, string) {
+	t.Helper()
+	tr, err := e.kube.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for %s: %v", sa, err)
+	}
+	admin := e.c.RESTConfig()
+	cfg := &rest.Config{Host: admin.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{
+		CAData: admin.CAData, CAFile: admin.CAFile, ServerName: admin.ServerName,
+	}, QPS: 200, Burst: 400}
+	ca := admin.CAData
+	if len(ca) == 0 && admin.CAFile != "" {
+		if ca, err = os.ReadFile(admin.CAFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: ca, TLSServerName: admin.ServerName}
+	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: sa}
+	kc.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), sa+".kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, path
+}
+
+// wantForbidden fails unless err is the apiserver's Forbidden.
+func wantForbidden(t *testing.T, what string, err error) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("%s: got %v, want Forbidden", what, err)
+	}
+}
+
+func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
+	schedCfg, schedKubeconfig := tokenConfig(t, ctx, e, schedulerSA)
+	agentCfg, _ := tokenConfig(t, ctx, e, agentSA)
+	webhookCfg, _ := tokenConfig(t, ctx, e, webhookSA)
+	sched := kubernetes.NewForConfigOrDie(schedCfg)
+	agent := kubernetes.NewForConfigOrDie(agentCfg)
+	agentGPU := versioned.NewForConfigOrDie(agentCfg)
+	webhookClient := kubernetes.NewForConfigOrDie(webhookCfg)
+
+	// The agent's API calls, with the agent's token: publish the GPU node's status (the
+	// API reference's two-island box), label its node, read the GPU leases.
+	t.Run("agent", func(t *testing.T) {
+		gns := agentGPU.GpuV1().GpuNodeStatuses()
+		obj, err := gns.Create(ctx, &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: e.gpuNode}, Spec: apiv1.GpuNodeStatusSpec{NodeName: e.gpuNode}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("agent creates its GpuNodeStatus: %v", err)
+		}
+		for i := int32(0); i < 8; i++ {
+			d := apiv1.Device{ID: i, Health: apiv1.Healthy, Island: "nvlink-group-0", BandwidthGBps: 600}
+			if i >= 4 {
+				d.Island, d.BandwidthGBps = "nvlink-group-1", 64
+			}
+			obj.Status.Devices = append(obj.Status.Devices, d)
+		}
+		obj.Status.Total, obj.Status.Healthy, obj.Status.Free = 8, 8, 8
+		obj.Status.LastHeartbeatTime = metav1.Now()
+		if _, err := gns.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("agent updates its GpuNodeStatus status: %v", err)
+		}
+		patch := []byte(`{"metadata":{"labels":{"gpu.scheduling/gpu-count":"8"}}}`)
+		if _, err := agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Errorf("agent labels its node: %v", err)
+		}
+		if _, err := agent.CoordinationV1().Leases(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode}); err != nil {
+			t.Errorf("agent lists the GPU leases: %v", err)
+		}
+		err = agent.CoreV1().Nodes().Delete(ctx, e.gpuNode, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		wantForbidden(t, "agent deletes a node", err)
+		_, err = agent.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		wantForbidden(t, "agent lists secrets in kube-system", err)
+		_, err = agent.CoordinationV1().Leases(releaseNamespace).Create(ctx, lease("gpu-"+e.gpuNode+"-0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantForbidden(t, "agent creates a GPU lease", err)
+	})
+
+	t.Run("webhook", func(t *testing.T) {
+		_, err := webhookClient.CoreV1().Pods(userNS).List(ctx, metav1.ListOptions{})
+		wantForbidden(t, "webhook lists pods", err)
+		_, err = webhookClient.CoreV1().Secrets(releaseNamespace).Get(ctx, webhookSvc+"-tls", metav1.GetOptions{})
+		wantForbidden(t, "webhook reads its own TLS Secret through the API", err)
+	})
+
+	t.Run("scheduler", func(t *testing.T) {
+		err := sched.CoreV1().Nodes().Delete(ctx, e.gpuNode, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		wantForbidden(t, "scheduler deletes a node", err)
+		_, err = sched.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		wantForbidden(t, "scheduler lists secrets in kube-system", err)
+		for _, ns := range []string{"default", "kube-system", "kube-node-lease"} {
+			_, err = sched.CoordinationV1().Leases(ns).Create(ctx, lease("gpu-"+e.gpuNode+"-0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			wantForbidden(t, "scheduler creates a lease in "+ns, err)
+		}
+	})
+
+	// The whole path with the real binaries: the webhook (the chart's arguments) admits the GPU
+	// pod, the gpu-scheduler (the chart's configuration, the scheduler's token) takes the GPU
+	// lease in the release namespace and binds the pod with the allocation annotations, which
+	// the webhook lets through because the scheduler's identity is the one the chart names.
+	t.Run("schedule a GPU pod", func(t *testing.T) {
+		restore := routeWebhooksToLocal(t, ctx, e)
+		defer restore()
+		proc := startScheduler(t, ctx, e, schedKubeconfig)
+
+		if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: userNS}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		claim := &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Name: "two-gpus", Namespace: userNS},
+			Spec: apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2, Policy: apiv1.PolicyContiguous, Exclusivity: apiv1.Exclusive}}}
+		if _, err := e.gpu.GpuV1().GpuClaims(userNS).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "cuda-job", Namespace: userNS, Annotations: map[string]string{apiv1.AnnotationClaim: "two-gpus"}},
+			Spec: corev1.PodSpec{SchedulerName: apiv1.SchedulerName, Containers: []corev1.Container{{Name: "main", Image: "cuda"}},
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
+		}
+		created, err := e.kube.CoreV1().Pods(userNS).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating the GPU pod through the webhook: %v", err)
+		}
+		if !hasEnv(created, "CUDA_VISIBLE_DEVICES") {
+			t.Errorf("the mutating webhook did not add CUDA_VISIBLE_DEVICES: %+v", created.Spec.Containers[0].Env)
+		}
+		var bound *corev1.Pod
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := e.kube.CoreV1().Pods(userNS).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			bound = p
+			return p.Spec.NodeName != "" && p.Annotations[apiv1.AnnotationAllocated] != "", nil
+		})
+		if err != nil {
+			t.Fatalf("the pod was not bound with an allocation: %v\nscheduler log:\n%s", err, proc.LogTail(40))
+		}
+		t.Logf("bound to %s with %s=%s", bound.Spec.NodeName, apiv1.AnnotationAllocated, bound.Annotations[apiv1.AnnotationAllocated])
+		leases, err := e.kube.CoordinationV1().Leases(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(leases.Items) != 2 {
+			t.Errorf("%d GPU leases in %s, want 2", len(leases.Items), releaseNamespace)
+		}
+
+		// A user who may edit pods cannot write the allocation herself.
+		alice := e.c.RESTConfig()
+		alice.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"system:authenticated"}}
+		if _, err := e.kube.RbacV1().RoleBindings(userNS).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "alice-edit"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		forged := pod.DeepCopy()
+		forged.Name = "forged"
+		forged.Annotations[apiv1.AnnotationAllocated] = e.gpuNode + ":4,5"
+		_, err = kubernetes.NewForConfigOrDie(alice).CoreV1().Pods(userNS).Create(ctx, forged, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "allocation-guard.gpu.scheduling") {
+			t.Errorf("alice creating a pod with %s: got %v, want the allocation guard's denial", apiv1.AnnotationAllocated, err)
+		}
+
+		// The scheduler, with exactly the chart's rules, was never refused anything.
+		if err := proc.Stop(10 * time.Second); err != nil {
+			t.Error(err)
+		}
+		log, err := os.ReadFile(proc.LogPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, "forbidden") {
+				t.Errorf("the scheduler was refused: %s", line)
+			}
+		}
+	})
+}
+
+func hasEnv(p *corev1.Pod, name string) bool {
+	for _, c := range p.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func lease(name string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("test")}}
+}
+
+// startScheduler runs bin/gpu-scheduler with the chart's ConfigMap, authenticating with the
+// scheduler ServiceAccount's token only, and waits until it holds the leader-election lease.
+func startScheduler(t *testing.T, ctx context.Context, e *installEnv, kubeconfig string) *cluster.Process {
+	t.Helper()
+	bin, err := launch.Binary(ctx, "gpu-scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := e.kube.CoreV1().ConfigMaps(releaseNamespace).Get(ctx, releaseName+"-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["scheduler-config.yaml"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	// In a pod the scheduler finds the API from its mounted token; here the same token comes
+	// in a kubeconfig. Nothing else changes.
+	cfg["clientConnection"].(map[string]any)["kubeconfig"] = kubeconfig
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "scheduler-config.yaml")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config=" + path, "--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port), "--cert-dir=" + filepath.Join(dir, "certs"), "--v=2"}
+	p, err := e.c.StartProcess("gpu-scheduler-chart", bin, args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if !p.Running() {
+			return false, fmt.Errorf("gpu-scheduler exited")
+		}
+		l, err := e.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, releaseName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != "", err
+	})
+	if err != nil {
+		t.Fatalf("gpu-scheduler did not take the leader lease %s/%s: %v\n%s", releaseNamespace, releaseName, err, p.LogTail(40))
+	}
+	return p
+}
+
+// routeWebhooksToLocal points both webhook configurations at a gpu-webhook on this machine
+// (the harness has no Service network), keeping every rule, condition and selector of the
+// chart, and returns a function that puts the chart's clientConfig back.
+func routeWebhooksToLocal(t *testing.T, ctx context.Context, e *installEnv) func() {
+	t.Helper()
+	certDir, caPEM := localServingCert(t)
+	addr := startWebhook(t, ctx, e, certDir)
+	mwcs := e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	vwcs := e.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	mwc, err := mwcs.Get(ctx, webhookSvc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vwc, err := vwcs.Get(ctx, webhookSvc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origM, origV := mwc.DeepCopy(), vwc.DeepCopy()
+	local := func(cc *admissionregistrationv1.WebhookClientConfig) {
+		path := *cc.Service.Path
+		cc.Service, cc.URL, cc.CABundle = nil, ptr.To("https://"+addr+path), caPEM
+	}
+	for i := range mwc.Webhooks {
+		local(&mwc.Webhooks[i].ClientConfig)
+	}
+	for i := range vwc.Webhooks {
+		local(&vwc.Webhooks[i].ClientConfig)
+	}
+	if _, err := mwcs.Update(ctx, mwc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vwcs.Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		for i := range mwc.Webhooks {
+			m, err := mwcs.Get(ctx, webhookSvc, metav1.GetOptions{})
+			if err == nil {
+				m.Webhooks[i].ClientConfig = origM.Webhooks[i].ClientConfig
+				_, err = mwcs.Update(ctx, m, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				t.Errorf("restoring the MutatingWebhookConfiguration: %v", err)
+			}
+		}
+		for i := range vwc.Webhooks {
+			v, err := vwcs.Get(ctx, webhookSvc, metav1.GetOptions{})
+			if err == nil {
+				v.Webhooks[i].ClientConfig = origV.Webhooks[i].ClientConfig
+				_, err = vwcs.Update(ctx, v, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				t.Errorf("restoring the ValidatingWebhookConfiguration: %v", err)
+			}
+		}
+	}
+}
+
+// localServingCert writes a self-signed certificate for 127.0.0.1 into a directory and returns
+// it with the certificate's PEM (its own CA bundle).
+func localServingCert(t *testing.T) (string, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gpu-webhook-local"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, certPEM
+}
+
+// An upgrade that changes a value keeps the CA and serving certificate (no rotation, no
+// restart of the webhook, no window where the CA bundle and the Secret disagree).
+func checkUpgrade(t *testing.T, ctx context.Context, e *installEnv) {
+	out, err := runHelm(t, e.helmEnv, "upgrade", releaseName, chartDir(t), "--namespace", releaseNamespace, "--wait", "--timeout", "3m",
+		"--set", "webhook.timeoutSeconds=4", "--set", "scheduler.pluginArgs.nodeStrategy=spread")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	secret, err := e.kube.CoreV1().Secrets(releaseNamespace).Get(ctx, webhookSvc+"-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		if string(secret.Data[k]) != string(e.secretData[k]) {
+			t.Errorf("helm upgrade changed %s of Secret %s", k, secret.Name)
+		}
+	}
+	vwc, err := e.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhookSvc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(vwc.Webhooks[0].ClientConfig.CABundle) != string(e.secretData["ca.crt"]) {
+		t.Error("after the upgrade the CA bundle is not the kept CA")
+	}
+	if got := ptr.Deref(vwc.Webhooks[0].TimeoutSeconds, 0); got != 4 {
+		t.Errorf("timeoutSeconds = %d after the upgrade, want 4", got)
+	}
+	cm, err := e.kube.CoreV1().ConfigMaps(releaseNamespace).Get(ctx, releaseName+"-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cm.Data["scheduler-config.yaml"], "nodeStrategy: spread") {
+		t.Errorf("the upgrade did not change the scheduler configuration:\n%s", cm.Data["scheduler-config.yaml"])
+	}
+}
+
+// Uninstall removes every object of the release, and leaves the CRDs (helm never deletes
+// CRDs from crds/), the users' GpuClaims and the GPU leases the scheduler wrote.
+func checkUninstall(t *testing.T, ctx context.Context, e *installEnv) {
+	out, err := runHelm(t, e.helmEnv, "uninstall", releaseName, "--namespace", releaseNamespace, "--wait", "--timeout", "2m")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, o := range e.manifest {
+		_, err := e.resource(t, o).Get(ctx, o.GetName(), metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("%s %s still there after helm uninstall (err %v)", o.GetKind(), o.GetName(), err)
+		}
+	}
+	if _, err := e.gpu.GpuV1().GpuClaims(userNS).Get(ctx, "two-gpus", metav1.GetOptions{}); err != nil {
+		t.Errorf("the user's GpuClaim after uninstall: %v (the CRDs must stay)", err)
+	}
+	leases, err := e.kube.CoordinationV1().Leases(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after uninstall: CRDs and claims kept, %d GPU leases left in %s (docs/install.md#uninstall)", len(leases.Items), releaseNamespace)
+}
