@@ -70,7 +70,7 @@ type installEnv struct {
 const (
 	gpuPool     = "gpu"
 	userNS      = "team-a"
-	schedulerSA = releaseName          // the scheduler's ServiceAccount with the default values
+	schedulerSA = releaseName // the scheduler's ServiceAccount with the default values
 	webhookSA   = releaseName + "-webhook"
 	agentSA     = releaseName + "-agent"
 	webhookSvc  = releaseName + "-webhook"
