@@ -103,3 +103,8 @@ docker-all: docker docker-webhook docker-agent
 .PHONY: test-chart
 test-chart: tools
 	GPU_SCHEDULER_REQUIRE_HELM=1 $(GO) test -count=1 ./test/chart/
+
+## e2e-kind: kind cluster, images, chart, GPU-less smoke test with mock-topology agents (needs Docker; see docs/install.md)
+.PHONY: e2e-kind
+e2e-kind: tools docker-all
+	$(GO) run ./test/e2e-kind --helm $(TOOLS_BIN)/helm --image-registry $(REGISTRY) --image-tag $(TAG) $(E2E_KIND_ARGS)
