@@ -22,6 +22,7 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -104,7 +105,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		if h.KubeConfig() == nil {
 			return nil, fmt.Errorf("%s: the framework handle has no kubeconfig to build a GpuClaim client from", Name)
 		}
-		gpuClient, err = versioned.NewForConfig(h.KubeConfig())
+		// Custom resources have no protobuf encoding, and the scheduler's own client config
+		// defaults to protobuf (clientConnection.contentType): writes would fail to encode.
+		cfg := rest.CopyConfig(h.KubeConfig())
+		cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+		gpuClient, err = versioned.NewForConfig(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s: building the gpu.scheduling client: %w", Name, err)
 		}
