@@ -492,7 +492,7 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		if _, err := gns.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("agent updates its GpuNodeStatus status: %v", err)
 		}
-		patch := []byte(`{"metadata":{"labels":{"gpu.scheduling/gpu-count":"8"}}}`)
+		patch := []byte(`{"metadata":{"labels":{"` + apiv1.LabelGPUCount + `":"8"}}}`)
 		if _, err := agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Errorf("agent labels its node: %v", err)
 		}
