@@ -51,13 +51,22 @@ func repoRoot(t testing.TB) string {
 // chartDir is charts/gpu-scheduler.
 func chartDir(t testing.TB) string { return filepath.Join(repoRoot(t), "charts", "gpu-scheduler") }
 
-// helmBinary is $HELM or the helm that `make tools` builds into _output/bin. Without one the
+// helmBinary is $HELM (absolute, relative to the repository root, or a name on $PATH) or the helm that `make tools` builds into _output/bin. Without one the
 // test is skipped, unless GPU_SCHEDULER_REQUIRE_HELM=1 (make test-chart), where it fails.
 func helmBinary(t testing.TB) string {
 	t.Helper()
 	path := os.Getenv("HELM")
-	if path == "" {
+	switch {
+	case path == "":
 		path = filepath.Join(repoRoot(t), "_output", "bin", "helm")
+	case !filepath.IsAbs(path) && strings.Contains(path, "/"):
+		// Relative to the repository root, where make runs, not to this package.
+		path = filepath.Join(repoRoot(t), path)
+	}
+	if !strings.Contains(path, "/") {
+		if found, err := exec.LookPath(path); err == nil {
+			path = found
+		}
 	}
 	if _, err := os.Stat(path); err != nil {
 		if os.Getenv(requireHelmEnv) == "1" {

@@ -224,7 +224,8 @@ func checkObjectsExist(t *testing.T, ctx context.Context, e *installEnv) {
 	}
 	t.Logf("%d objects: %v", len(e.manifest), kinds)
 	for _, k := range []string{"Deployment", "DaemonSet", "ConfigMap", "Secret", "Service", "ServiceAccount", "ClusterRole",
-		"ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		"ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 		if kinds[k] == 0 {
 			t.Errorf("the release has no %s", k)
 		}
@@ -425,11 +426,15 @@ func checkAccessReviews(t *testing.T, ctx context.Context, e *installEnv) {
 
 // tokenConfig requests a token for one of the chart's ServiceAccounts (TokenRequest API) and
 // returns a client configuration that authenticates with it only, and a kubeconfig file for it.
-func tokenConfig(t *testing.T, ctx context.Context, e *installEnv, sa string) (*rest.Config, string) {
+// With boundPod the token is bound to that pod, as the kubelet's projected tokens are, and
+// carries the pod's node.
+func tokenConfig(t *testing.T, ctx context.Context, e *installEnv, sa string, boundPod *corev1.Pod) (*rest.Config, string) {
 	t.Helper()
-	tr, err := e.kube.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
-	}, metav1.CreateOptions{})
+	spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}
+	if boundPod != nil {
+		spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: boundPod.Name, UID: boundPod.UID}
+	}
+	tr, err := e.kube.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("token for %s: %v", sa, err)
 	}
@@ -455,6 +460,14 @@ func tokenConfig(t *testing.T, ctx context.Context, e *installEnv, sa string) (*
 	return cfg, path
 }
 
+// wantDeniedBy fails unless err is Forbidden and names by (a policy).
+func wantDeniedBy(t *testing.T, what string, err error, by string) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), by) {
+		t.Errorf("%s: got %v, want Forbidden by %s", what, err, by)
+	}
+}
+
 // wantForbidden fails unless err is the apiserver's Forbidden.
 func wantForbidden(t *testing.T, what string, err error) {
 	t.Helper()
@@ -464,9 +477,14 @@ func wantForbidden(t *testing.T, what string, err error) {
 }
 
 func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
-	schedCfg, schedKubeconfig := tokenConfig(t, ctx, e, schedulerSA)
-	agentCfg, _ := tokenConfig(t, ctx, e, agentSA)
-	webhookCfg, _ := tokenConfig(t, ctx, e, webhookSA)
+	agentPods, err := e.kube.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil || len(agentPods.Items) != 1 {
+		t.Fatalf("the agent pod: %v (%d pods)", err, len(agentPods.Items))
+	}
+	schedCfg, schedKubeconfig := tokenConfig(t, ctx, e, schedulerSA, nil)
+	agentCfg, _ := tokenConfig(t, ctx, e, agentSA, &agentPods.Items[0])
+	unboundAgentCfg, _ := tokenConfig(t, ctx, e, agentSA, nil)
+	webhookCfg, _ := tokenConfig(t, ctx, e, webhookSA, nil)
 	sched := kubernetes.NewForConfigOrDie(schedCfg)
 	agent := kubernetes.NewForConfigOrDie(agentCfg)
 	agentGPU := versioned.NewForConfigOrDie(agentCfg)
@@ -505,6 +523,22 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		wantForbidden(t, "agent lists secrets in kube-system", err)
 		_, err = agent.CoordinationV1().Leases(releaseNamespace).Create(ctx, lease("gpu-"+e.gpuNode+"-0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		wantForbidden(t, "agent creates a GPU lease", err)
+
+		// RBAC lets agents patch nodes; the chart's ValidatingAdmissionPolicy narrows that to
+		// the gpu.scheduling/ labels of the agent's own node.
+		const policy = agentSA + "-node-restriction"
+		dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+		other := cluster.NodeName("system", 0)
+		_, err = agent.CoreV1().Nodes().Patch(ctx, other, types.MergePatchType, patch, dry)
+		wantDeniedBy(t, "agent labels another node", err, policy)
+		_, err = agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`), dry)
+		wantDeniedBy(t, "agent sets a label outside gpu.scheduling/ on its node", err, policy)
+		_, err = agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), dry)
+		wantDeniedBy(t, "agent cordons its node", err, policy)
+		_, err = gns.Create(ctx, &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: other}, Spec: apiv1.GpuNodeStatusSpec{NodeName: other}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantDeniedBy(t, "agent creates another node's GpuNodeStatus", err, policy)
+		_, err = kubernetes.NewForConfigOrDie(unboundAgentCfg).CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, patch, dry)
+		wantDeniedBy(t, "agent token bound to no pod labels a node", err, policy)
 	})
 
 	t.Run("webhook", func(t *testing.T) {
