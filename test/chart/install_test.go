@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -137,6 +139,7 @@ func TestInstall(t *testing.T) {
 		{"CRDs established", checkCRDs},
 		{"every object created", checkObjectsExist},
 		{"workloads ready", checkWorkloads},
+		{"binaries accept the chart's flags", checkFlags},
 		{"webhook serves the chart certificate", checkWebhookCertificate},
 		{"RBAC by SubjectAccessReview", checkAccessReviews},
 		{"components run with their ServiceAccount tokens", checkComponents},
@@ -257,6 +260,46 @@ func checkWorkloads(t *testing.T, ctx context.Context, e *installEnv) {
 	for _, p := range pods.Items {
 		if p.Spec.NodeName != e.gpuNode {
 			t.Errorf("agent pod %s runs on %s, want %s", p.Name, p.Spec.NodeName, e.gpuNode)
+		}
+	}
+}
+
+// Every flag the chart passes to a container is one its binary knows (the image's command is
+// the binary named like the image, see build/Dockerfile).
+func checkFlags(t *testing.T, ctx context.Context, e *installEnv) {
+	root := repoRoot(t)
+	for _, o := range e.manifest {
+		var spec corev1.PodSpec
+		switch o.GetKind() {
+		case "Deployment":
+			var d appsv1.Deployment
+			into(t, o, &d)
+			spec = d.Spec.Template.Spec
+		case "DaemonSet":
+			var d appsv1.DaemonSet
+			into(t, o, &d)
+			spec = d.Spec.Template.Spec
+		default:
+			continue
+		}
+		for _, c := range spec.Containers {
+			name := c.Image[strings.LastIndex(c.Image, "/")+1:]
+			name = name[:strings.IndexAny(name+":", ":@")]
+			if files, _ := filepath.Glob(filepath.Join(root, "cmd", name, "*.go")); len(files) == 0 {
+				t.Logf("cmd/%s has no sources yet; its flags %v are unchecked", name, c.Args)
+				continue
+			}
+			bin, err := launch.Binary(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			help, _ := exec.CommandContext(ctx, bin, "--help").CombinedOutput()
+			for _, a := range c.Args {
+				flag, _, _ := strings.Cut(a, "=")
+				if !strings.HasPrefix(flag, "--") || !strings.Contains(string(help), flag+" ") && !strings.Contains(string(help), flag+"=") {
+					t.Errorf("%s %s passes %q, which %s --help does not list", o.GetKind(), o.GetName(), a, name)
+				}
+			}
 		}
 	}
 }
