@@ -25,7 +25,8 @@ mkdir -p "$bin"
 
 want=$(
 	echo "k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION $(go env GOVERSION)"
-	cat hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/go.mod hack/tools/etcd/go.sum | sha256sum
+	# This script is part of the key too: a changed flag (ldflags) must rebuild.
+	cat hack/build-tools.sh hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/go.mod hack/tools/etcd/go.sum | sha256sum
 )
 missing=()
 for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
@@ -61,7 +62,7 @@ start=$SECONDS
 (cd hack/tools && go mod download) >"$logs/dl-k8s" 2>&1 &
 (cd hack/tools/etcd && go mod download) >"$logs/dl-etcd" 2>&1 &
 # `go install pkg@version` resolves and downloads before it compiles; `-n` stops after resolution.
-GOBIN="$logs/none" go install -n "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >"$logs/dl-kwok" 2>&1 &
+GOBIN="$logs/none" go install -n "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION" >"$logs/dl-kwok" 2>&1 &
 GOBIN="$logs/none" go install -n "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >"$logs/dl-helm" 2>&1 &
 fail=0
 for job in $(jobs -p); do wait "$job" || fail=1; done
@@ -93,7 +94,8 @@ step "kwok, kwokctl ($KWOK_VERSION)" \
 	env GOBIN="$bin" go install -trimpath -ldflags "-s -w" \
 	"sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
 step "helm ($HELM_VERSION)" \
-	env GOBIN="$bin" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+	env GOBIN="$bin" go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+	"helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 
 echo "$want" >"$stamp"
 echo "tools: all built into _output/bin in $((SECONDS - start))s"

@@ -226,7 +226,8 @@ func (c *Cluster) WaitNodesReady(ctx context.Context, selector labels.Selector, 
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }))
 	inf := factory.Core().V1().Nodes().Informer()
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// Shutdown waits for the informer goroutines, which end only once ctx is cancelled.
+	defer func() { cancel(); factory.Shutdown() }()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return fmt.Errorf("waiting for nodes %s: informer did not sync: %w", selector, ctx.Err())
 	}
