@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -31,6 +32,8 @@ type Server struct {
 	initErr  nvml.Return
 	inits    int
 	sets     []*EventSet
+	// calls counts device queries: a bounded stand-in for the generated mocks' call records.
+	calls atomic.Uint64
 }
 
 var _ nvml.Interface = &Server{}
@@ -227,11 +230,23 @@ func (e *EventSet) post(ev nvml.EventData) {
 	}
 }
 
+// Watched tells whether some event set listens to GPU index's events: faults injected before
+// the agent registers are not seen as events, so tests wait for this first.
+func (s *Server) Watched(index int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return index >= 0 && index < len(s.devices) && len(s.devices[index].registered) > 0
+}
+
 // GetIndex is the GPU's index.
 func (d *Device) GetIndex() (int, nvml.Return) { return d.index, nvml.SUCCESS }
 
+// Calls is how many device queries the server has answered so far.
+func (s *Server) Calls() uint64 { return s.calls.Load() }
+
 // answer is what every query returns first: GPU_IS_LOST once the GPU fell off the bus.
 func (d *Device) answer() nvml.Return {
+	d.server.calls.Add(1)
 	d.server.mu.Lock()
 	defer d.server.mu.Unlock()
 	if ret := d.server.initialized(); ret != nvml.SUCCESS {

@@ -8,7 +8,6 @@ package nvmlgpu
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -127,17 +126,20 @@ func (l *Library) WatchEvents(ctx context.Context, devices []gpu.Device, out cha
 			return fmt.Errorf("watch GPU %d: device %T does not come from this library", gd.Index(), gd)
 		}
 		known = append(known, d)
+		// A GPU without events (vGPU guests) or one that is lost right now is left out: the
+		// probe still covers it, and the agent watches anew when a lost GPU comes back.
 		supported, ret := d.dev.GetSupportedEventTypes()
-		if ret == nvml.ERROR_NOT_SUPPORTED {
-			continue // some GPUs (vGPU guests) have no events; the probe still covers them
+		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_GPU_IS_LOST {
+			continue
 		}
 		if err := check(ret, "read supported events of GPU %d", d.index); err != nil {
 			return err
 		}
-		if err := check(d.dev.RegisterEvents(healthEvents&supported, set), "register events of GPU %d", d.index); err != nil {
-			if errors.Is(err, nvml.ERROR_NOT_SUPPORTED) {
-				continue
-			}
+		ret = d.dev.RegisterEvents(healthEvents&supported, set)
+		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_GPU_IS_LOST {
+			continue
+		}
+		if err := check(ret, "register events of GPU %d", d.index); err != nil {
 			return err
 		}
 	}

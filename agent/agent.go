@@ -1,0 +1,446 @@
+// Package agent is the node agent: it reads a node's GPUs through gpu.Library, keeps their
+// health from NVML events and probes, and publishes the node's GpuNodeStatus and GPU labels.
+// The same loop runs once per node as a DaemonSet (over the real NVML) and many times in one
+// process in fleet mode (over mock topologies, package agent/fleet).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/gpu-scheduler/gpu-scheduler/agent/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/health"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/status"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/topology"
+	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// Config configures an Agent. Zero durations take the defaults.
+type Config struct {
+	// NodeName is the node whose GPUs these are.
+	NodeName string
+	// GPUs is the GPU library: nvmlgpu over the real NVML, or over a mock topology.
+	GPUs       gpu.Library
+	GPUClient  versioned.Interface
+	KubeClient kubernetes.Interface
+	// Nodes finds the Node object, for the owner reference and the labels.
+	Nodes corelisters.NodeLister
+	// Leases is a lease indexer with the leases.ByNode index (see leases.Informer).
+	Leases cache.Indexer
+	Clock  clock.WithTicker
+
+	// ProbeInterval is how often every GPU is probed (lost? persistent fault? recovered?). Default 30s.
+	ProbeInterval time.Duration
+	// HeartbeatInterval is the longest time between two status writes. Default 3m.
+	HeartbeatInterval time.Duration
+	// MinWriteInterval is the shortest time between two status writes, so that a burst of
+	// changes (a pod's leases) becomes one write. Default 1s; negative: none.
+	MinWriteInterval time.Duration
+	// RecoveryQuietPeriod is how long an answering GPU must stay free of critical events
+	// before an event fault clears. Default 5m.
+	RecoveryQuietPeriod time.Duration
+	// InitBackoff and MaxInitBackoff bound the wait between NVML initialisation attempts.
+	// Defaults 5s and 5m.
+	InitBackoff, MaxInitBackoff time.Duration
+	// WriteLimiter, when set, caps the status writes of every agent sharing it.
+	WriteLimiter flowcontrol.RateLimiter
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("NodeName is empty"))
+	}
+	if c.GPUs == nil || c.GPUClient == nil || c.KubeClient == nil || c.Nodes == nil || c.Leases == nil {
+		errs = append(errs, errors.New("GPUs, GPUClient, KubeClient, Nodes and Leases are all required"))
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.ProbeInterval, 30*time.Second)
+	def(&c.HeartbeatInterval, 3*time.Minute)
+	if c.MinWriteInterval == 0 {
+		c.MinWriteInterval = time.Second
+	}
+	c.MinWriteInterval = max(c.MinWriteInterval, 0)
+	def(&c.RecoveryQuietPeriod, 5*time.Minute)
+	def(&c.InitBackoff, 5*time.Second)
+	def(&c.MaxInitBackoff, 5*time.Minute)
+	if c.MaxInitBackoff < c.InitBackoff {
+		errs = append(errs, fmt.Errorf("MaxInitBackoff %s is shorter than InitBackoff %s", c.MaxInitBackoff, c.InitBackoff))
+	}
+	return errors.Join(errs...)
+}
+
+// Agent runs one node's loop.
+type Agent struct {
+	cfg    Config
+	health *health.Tracker
+	writer *status.Writer
+	poke   chan struct{}
+
+	// Owned by Run's goroutine.
+	session     *session
+	inventory   []topology.Device
+	fenced      string // why NVML is unavailable; empty when it works
+	backoff     time.Duration
+	nextInit    time.Time
+	nextProbe   time.Time
+	rediscover  bool
+	lost        map[int]bool // GPUs the last probe found lost
+	rewatch     bool         // a lost GPU came back: register its events anew
+	writeErrors int
+	nextWrite   time.Time // earliest retry after a failed write
+}
+
+type session struct {
+	devices []gpu.Device
+	events  chan gpu.Event
+	done    chan error
+	cancel  context.CancelFunc
+}
+
+// New makes an agent.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("agent for node %q: %w", cfg.NodeName, err)
+	}
+	return &Agent{
+		cfg:    cfg,
+		health: health.NewTracker(cfg.Clock, cfg.RecoveryQuietPeriod),
+		writer: status.NewWriter(status.Config{
+			Node: cfg.NodeName, GPUClient: cfg.GPUClient, KubeClient: cfg.KubeClient, Clock: cfg.Clock,
+			Heartbeat: cfg.HeartbeatInterval, MinInterval: cfg.MinWriteInterval, Limiter: cfg.WriteLimiter,
+		}),
+		poke:    make(chan struct{}, 1),
+		lost:    map[int]bool{},
+		backoff: cfg.InitBackoff,
+	}, nil
+}
+
+// Poke tells the agent that something outside it changed (a lease, the node, an injected
+// fault): it re-reads leases, probes the GPUs and writes the status if it changed. It never blocks.
+func (a *Agent) Poke() {
+	select {
+	case a.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the loop until ctx is done. NVML failures never end it: the GPUs are reported
+// Unknown and NVML is retried with backoff.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", a.cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	if err := a.writer.Load(ctx); err != nil {
+		logger.Error(err, "Reading the existing GpuNodeStatus failed; will create or overwrite it")
+	}
+	timer := a.cfg.Clock.NewTimer(0)
+	defer timer.Stop()
+	defer a.endSession(ctx)
+
+	for {
+		now := a.cfg.Clock.Now()
+		if a.session == nil && !now.Before(a.nextInit) {
+			a.startSession(ctx)
+		}
+		if a.session != nil && (a.rediscover || !now.Before(a.nextProbe)) {
+			a.probeAll(ctx)
+		}
+		if a.session != nil && a.rewatch {
+			a.restartWatcher(ctx)
+		}
+		a.sync(ctx)
+
+		// Every deadline due now was handled above, so the wait is positive; the floor only
+		// guards against a spinning loop should that ever not hold.
+		if !timer.Stop() {
+			// Fired while the loop was busy: drop the stale tick (a fake clock would block
+			// on a full channel the next time the timer fires).
+			select {
+			case <-timer.C():
+			default:
+			}
+		}
+		timer.Reset(max(a.nextWake().Sub(a.cfg.Clock.Now()), 10*time.Millisecond))
+		var events <-chan gpu.Event
+		var done <-chan error
+		if a.session != nil {
+			events, done = a.session.events, a.session.done
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-events:
+			a.handleEvent(ctx, ev)
+		case err := <-done:
+			a.session.done = nil // drained: the watcher has ended
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				err = errors.New("the event watcher stopped")
+			}
+			a.fail(ctx, fmt.Errorf("watching NVML events: %w", err))
+		case <-a.poke:
+			if a.session != nil {
+				a.nextProbe = a.cfg.Clock.Now()
+			}
+		case <-timer.C():
+		}
+	}
+}
+
+// nextWake is the earliest deadline the loop has.
+func (a *Agent) nextWake() time.Time {
+	next := a.writer.Due(a.desired())
+	if next.Before(a.nextWrite) {
+		next = a.nextWrite
+	}
+	if a.session != nil && a.nextProbe.Before(next) {
+		next = a.nextProbe
+	}
+	if a.session == nil && a.nextInit.Before(next) {
+		next = a.nextInit
+	}
+	return next
+}
+
+func (a *Agent) startSession(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	if err := a.cfg.GPUs.Init(); err != nil {
+		metrics.NVMLInitFailures.Inc()
+		a.fence(ctx, fmt.Errorf("NVML initialisation failed: %w", err))
+		return
+	}
+	devs, err := a.cfg.GPUs.Devices()
+	if err == nil {
+		err = a.discover(devs)
+	}
+	if err != nil {
+		if serr := a.cfg.GPUs.Shutdown(); serr != nil {
+			logger.V(2).Info("NVML shutdown failed", "err", serr)
+		}
+		a.fence(ctx, err)
+		return
+	}
+	a.session, a.fenced, a.backoff = &session{devices: devs}, "", a.cfg.InitBackoff
+	a.startWatcher(ctx)
+	a.nextProbe = a.cfg.Clock.Now()
+	logger.Info("NVML session started", "gpus", len(devs))
+}
+
+func (a *Agent) discover(devs []gpu.Device) error {
+	inv, err := topology.Discover(devs)
+	if err != nil {
+		return err
+	}
+	a.inventory, a.rediscover = inv, false
+	for _, d := range inv {
+		if d.Lost != nil {
+			a.health.Probe(d.Index, d.Lost)
+		}
+	}
+	return nil
+}
+
+// startWatcher watches the session's GPUs for events in a goroutine that ends with ctx or the session.
+func (a *Agent) startWatcher(ctx context.Context) {
+	s := a.session
+	sctx, cancel := context.WithCancel(ctx)
+	s.events, s.done, s.cancel = make(chan gpu.Event, 64), make(chan error, 1), cancel
+	events, done := s.events, s.done
+	go func() { done <- a.cfg.GPUs.WatchEvents(sctx, s.devices, events) }()
+}
+
+// stopWatcher stops the watcher and waits for it: NVML's event set must not be freed while
+// a wait on it is in progress.
+func (a *Agent) stopWatcher() {
+	s := a.session
+	s.cancel()
+	if s.done != nil {
+		<-s.done
+	}
+}
+
+// restartWatcher registers every GPU's events anew, for a GPU that was lost and came back.
+func (a *Agent) restartWatcher(ctx context.Context) {
+	a.rewatch = false
+	a.stopWatcher()
+	a.startWatcher(ctx)
+}
+
+// endSession stops the event watcher and shuts NVML down.
+func (a *Agent) endSession(ctx context.Context) {
+	s := a.session
+	if s == nil {
+		return
+	}
+	a.stopWatcher()
+	a.session = nil
+	if err := a.cfg.GPUs.Shutdown(); err != nil {
+		klog.FromContext(ctx).V(2).Info("NVML shutdown failed", "err", err)
+	}
+}
+
+// fail ends a broken session and fences the node.
+func (a *Agent) fail(ctx context.Context, err error) {
+	a.endSession(ctx)
+	a.fence(ctx, err)
+}
+
+// fence marks every GPU Unknown until NVML works again, and schedules the next attempt.
+func (a *Agent) fence(ctx context.Context, err error) {
+	a.fenced = err.Error()
+	a.nextInit = a.cfg.Clock.Now().Add(a.backoff)
+	klog.FromContext(ctx).Error(err, "GPUs are Unknown until NVML works again", "retryIn", a.backoff)
+	a.backoff = min(2*a.backoff, a.cfg.MaxInitBackoff)
+}
+
+func (a *Agent) handleEvent(ctx context.Context, ev gpu.Event) {
+	logger := klog.FromContext(ctx)
+	kind := ev.Kind.String()
+	if ev.Kind == gpu.EventXid {
+		kind = "xid-ignored"
+		if health.Critical(ev.Xid) {
+			kind = "xid-critical"
+		}
+	}
+	metrics.Events.WithLabelValues(kind).Inc()
+	all := make([]int, len(a.inventory))
+	for i, d := range a.inventory {
+		all[i] = d.Index
+	}
+	critical := a.health.Event(ev, all)
+	if critical {
+		logger.Info("GPU critical error", "gpu", ev.Device, "kind", ev.Kind.String(), "xid", ev.Xid)
+	}
+	if critical || ev.Kind == gpu.EventLost {
+		// Learn at once whether the GPU is lost: a lost GPU that answers again has been reset.
+		a.probeAll(ctx)
+	}
+}
+
+func (a *Agent) probeAll(ctx context.Context) {
+	if a.rediscover {
+		if err := a.discover(a.session.devices); err != nil {
+			a.fail(ctx, fmt.Errorf("rediscovering GPUs: %w", err))
+			return
+		}
+	}
+	for i, d := range a.session.devices {
+		err := d.Probe()
+		a.health.Probe(d.Index(), err)
+		isLost := errors.Is(err, gpu.ErrLost)
+		if a.lost[d.Index()] && !isLost {
+			a.rewatch = true
+		}
+		a.lost[d.Index()] = isLost
+		if err == nil && i < len(a.inventory) && a.inventory[i].Lost != nil {
+			a.rediscover = true // it answers again: read its facts and links
+		}
+	}
+	a.nextProbe = a.cfg.Clock.Now().Add(a.cfg.ProbeInterval)
+}
+
+// desired is the status the node should have now.
+func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
+	var devices []apiv1.Device
+	holders := leases.Holders(a.cfg.Leases, a.cfg.NodeName)
+	if a.inventory != nil {
+		for _, d := range a.inventory {
+			dev := apiv1.Device{
+				ID: int32(d.Index), UUID: d.UUID, Product: d.Product, MemoryMiB: d.MemoryMiB,
+				PCIBusID: d.PCIBusID, Island: d.Island, BandwidthGBps: d.BandwidthGBps,
+			}
+			st := a.health.State(d.Index)
+			dev.Health, dev.Reason = st.Health, st.Reason
+			devices = append(devices, dev)
+		}
+	} else if last := a.writer.Last(); last != nil {
+		// NVML never worked in this process: keep the GPUs the last status knew.
+		for _, d := range last.Status.Devices {
+			devices = append(devices, *d.DeepCopy())
+		}
+	}
+	message := ""
+	for i := range devices {
+		d := &devices[i]
+		if a.fenced != "" {
+			d.Health, d.Reason = apiv1.Unknown, "NVML unavailable"
+			message = a.fenced + "; retrying"
+		}
+		if d.Health != apiv1.Healthy {
+			d.BandwidthGBps = 0 // as the API contract shows: a broken GPU carries nothing
+		}
+		d.InUseBy = holders[int(d.ID)]
+	}
+	if len(devices) == 0 && a.fenced != "" {
+		message = a.fenced + "; retrying"
+	}
+	return status.Summarize(devices, message)
+}
+
+// sync writes the status and labels when they changed.
+func (a *Agent) sync(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	if a.cfg.Clock.Now().Before(a.nextWrite) {
+		return
+	}
+	node, err := a.cfg.Nodes.Get(a.cfg.NodeName)
+	if err != nil && !apierrors.IsNotFound(err) {
+		logger.Error(err, "Reading node from cache failed")
+	}
+	if err != nil {
+		node = nil
+	}
+	want := a.desired()
+	for _, d := range want.Devices {
+		metrics.SetHealth(a.cfg.NodeName, d.ID, d.Health)
+	}
+	_, err = a.writer.Sync(ctx, node, want)
+	if err == nil && a.inventory != nil && a.fenced == "" {
+		_, err = a.writer.SyncLabels(ctx, node, status.Labels(want.Devices, hasNVLink(a.inventory)))
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		a.writeErrors++
+		delay := min(time.Duration(1<<min(a.writeErrors, 6))*time.Second, time.Minute)
+		a.nextWrite = a.cfg.Clock.Now().Add(delay)
+		logger.Error(err, "Writing GPU status failed", "retryIn", delay)
+		return
+	}
+	a.writeErrors, a.nextWrite = 0, time.Time{}
+}
+
+func hasNVLink(inv []topology.Device) bool {
+	for _, d := range inv {
+		if d.NVLink {
+			return true
+		}
+	}
+	return false
+}
+
+// NodeName is the node this agent reports on.
+func (a *Agent) NodeName() string { return a.cfg.NodeName }

@@ -1,0 +1,365 @@
+package agent_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/agent"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
+	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+const node = "node-a"
+
+type harness struct {
+	t      *testing.T
+	clk    *clocktesting.FakeClock
+	srv    *mock.Server
+	gpu    *gpufake.Clientset
+	kube   *fake.Clientset
+	leases cache.Indexer
+	agent  *agent.Agent
+}
+
+// newHarness runs an agent over a mock topology whose NVML initialisation fails with initErr
+// (nvml.SUCCESS: it works), against fake clients holding the node and existing statuses.
+func newHarness(t *testing.T, topology string, initErr nvml.Return, existing ...*apiv1.GpuNodeStatus) *harness {
+	t.Helper()
+	srv, err := mock.New(topology, mock.WithSeed(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetInitError(initErr)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid", ResourceVersion: "1"}}
+	h := &harness{t: t, clk: clocktesting.NewFakeClock(time.Unix(1e9, 0)), srv: srv, kube: fake.NewClientset(n)}
+	objs := make([]runtime.Object, 0, len(existing))
+	for _, e := range existing {
+		objs = append(objs, e)
+	}
+	h.gpu = gpufake.NewSimpleClientset(objs...)
+	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := nodes.Add(n); err != nil {
+		t.Fatal(err)
+	}
+	inf, err := leases.Informer(leases.NewInformerFactory(h.kube, "gpu-scheduler", node, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.leases = inf.GetIndexer()
+	h.agent, err = agent.New(agent.Config{
+		NodeName: node, GPUs: nvmlgpu.New(srv, nvmlgpu.Options{EventWaitTimeout: 5 * time.Millisecond}),
+		GPUClient: h.gpu, KubeClient: h.kube, Nodes: corelisters.NewNodeLister(nodes), Leases: h.leases, Clock: h.clk,
+		HeartbeatInterval: 2 * time.Hour, ProbeInterval: 30 * time.Second, MinWriteInterval: -1,
+		RecoveryQuietPeriod: 5 * time.Minute, InitBackoff: 10 * time.Second, MaxInitBackoff: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- h.agent.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return h
+}
+
+// eventually polls cond for a bounded real time.
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		h.t.Fatalf("%s: never happened", what)
+	}
+}
+
+// nudging polls cond like eventually, moving the fake clock on by 100ms every 20 polls: the
+// loop may have been between two waits when the test moved the clock, and then waits for a
+// deadline just past the new time.
+func (h *harness) nudging(what string, cond func() bool) {
+	h.t.Helper()
+	polls := 0
+	h.eventually(what, func() bool {
+		if polls++; polls%20 == 0 {
+			h.clk.Step(100 * time.Millisecond)
+		}
+		return cond()
+	})
+}
+
+// probeRound steps the clock by one probe interval and waits until the agent has probed.
+func (h *harness) probeRound() {
+	h.t.Helper()
+	before := h.srv.Calls()
+	h.clk.Step(30 * time.Second)
+	h.nudging("a probe round", func() bool { return h.srv.Calls() > before })
+}
+
+// watched waits until the agent listens to every GPU's events.
+func (h *harness) watched() {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		for i := range h.srv.NumDevices() {
+			if !h.srv.Watched(i) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		h.t.Fatal("the agent never registered for events")
+	}
+}
+
+// until polls the status until cond holds, stepping the fake clock a second per poll for the
+// first limit polls (0: never) for conditions that need time to pass.
+func (h *harness) until(what string, limit int, cond func(*apiv1.GpuNodeStatus) bool) *apiv1.GpuNodeStatus {
+	h.t.Helper()
+	var last *apiv1.GpuNodeStatus
+	err := wait.PollUntilContextTimeout(context.Background(), 2*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		obj, err := h.gpu.GpuV1().GpuNodeStatuses().Get(ctx, node, metav1.GetOptions{})
+		if err == nil {
+			last = obj
+			if cond(obj) {
+				return true, nil
+			}
+		}
+		if limit > 0 {
+			limit--
+			h.clk.Step(time.Second)
+		}
+		return false, nil
+	})
+	if err != nil {
+		h.t.Fatalf("%s: never happened; last status %+v", what, last)
+	}
+	return last
+}
+
+func (h *harness) statusWrites() int {
+	n := 0
+	for _, a := range h.gpu.Actions() {
+		if a.GetVerb() == "update" && a.GetSubresource() == "status" {
+			n++
+		}
+	}
+	return n
+}
+
+func health(st *apiv1.GpuNodeStatus, id int) apiv1.Health {
+	for _, d := range st.Status.Devices {
+		if int(d.ID) == id {
+			return d.Health
+		}
+	}
+	return ""
+}
+
+func TestTwoIslandStatusAndLabels(t *testing.T) {
+	h := newHarness(t, mock.TwoIsland, nvml.SUCCESS)
+	st := h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Total == 8 })
+	for _, d := range st.Status.Devices {
+		wantIsland, wantBW, wantHealth := "nvlink-group-0", int32(600), apiv1.Healthy
+		if d.ID >= 4 {
+			wantIsland, wantBW = "nvlink-group-1", 64
+		}
+		if d.ID == 7 {
+			wantBW, wantHealth = 0, apiv1.Unhealthy
+		}
+		if d.Island != wantIsland || d.BandwidthGBps != wantBW || d.Health != wantHealth {
+			t.Errorf("GPU %d: %s %d GB/s %s (%s), want %s %d GB/s %s", d.ID, d.Island, d.BandwidthGBps, d.Health, d.Reason, wantIsland, wantBW, wantHealth)
+		}
+		if d.UUID == "" || d.PCIBusID == "" || d.Product != "NVIDIA A100-SXM4-40GB" || d.MemoryMiB != 40960 {
+			t.Errorf("GPU %d facts: %+v", d.ID, d)
+		}
+	}
+	if st.Status.Healthy != 7 || st.Status.Free != 7 || st.Status.LastHeartbeatTime.IsZero() || st.Spec.NodeName != node {
+		t.Errorf("status summary: %+v", st.Status)
+	}
+	if len(st.OwnerReferences) != 1 || st.OwnerReferences[0].Kind != "Node" || st.OwnerReferences[0].UID != "node-uid" {
+		t.Errorf("owner references %+v, want the Node", st.OwnerReferences)
+	}
+	var n *corev1.Node
+	h.eventually("node labels", func() bool {
+		n, _ = h.kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		return n != nil && n.Labels[apiv1.LabelGPUCount] != ""
+	})
+	for k, v := range map[string]string{apiv1.LabelGPUProduct: "NVIDIA-A100-SXM4-40GB", apiv1.LabelGPUCount: "8", apiv1.LabelNVLink: "true"} {
+		if n.Labels[k] != v {
+			t.Errorf("node label %s=%q, want %q", k, n.Labels[k], v)
+		}
+	}
+}
+
+func TestStatusWrittenOnceWithoutChange(t *testing.T) {
+	h := newHarness(t, mock.DGXH100, nvml.SUCCESS)
+	h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Healthy == 8 })
+	h.eventually("node labels", func() bool { return h.patches() == 1 })
+	if got := h.statusWrites(); got != 1 {
+		t.Fatalf("%d status writes for the first status, want 1", got)
+	}
+	// 100 probe rounds, well inside the heartbeat interval: nothing changes, nothing is written.
+	for range 100 {
+		h.probeRound()
+	}
+	if got := h.statusWrites(); got != 1 {
+		t.Fatalf("%d status writes after 100 unchanged probe rounds, want 1", got)
+	}
+	if got := h.patches(); got != 1 {
+		t.Errorf("%d node label patches, want 1", got)
+	}
+	// Past the heartbeat interval, exactly one more write refreshes LastHeartbeatTime.
+	h.clk.Step(2 * time.Hour)
+	h.nudging("a heartbeat write", func() bool { return h.statusWrites() == 2 })
+	h.probeRound()
+	if got := h.statusWrites(); got != 2 {
+		t.Fatalf("%d status writes after one heartbeat, want 2", got)
+	}
+}
+
+func (h *harness) patches() int {
+	n := 0
+	for _, a := range h.kube.Actions() {
+		if a.GetVerb() == "patch" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestXidMakesUnhealthyAndRecovers(t *testing.T) {
+	h := newHarness(t, mock.DGXA100, nvml.SUCCESS)
+	st := h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Healthy == 8 })
+	if st.Status.Devices[0].Island != "nvlink-group-0" || st.Status.Devices[0].BandwidthGBps != 600 {
+		t.Fatalf("DGX A100 GPU 0: %+v", st.Status.Devices[0])
+	}
+	h.watched()
+	if err := h.srv.Inject(3, mock.Fault{Kind: mock.FaultXid, Xid: 13}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.Inject(3, mock.Fault{Kind: mock.FaultXid, Xid: mock.XidFallenOffBus}); err != nil {
+		t.Fatal(err)
+	}
+	st = h.until("GPU 3 Unhealthy", 0, func(s *apiv1.GpuNodeStatus) bool { return health(s, 3) == apiv1.Unhealthy })
+	for _, d := range st.Status.Devices {
+		if d.ID != 3 && d.Health != apiv1.Healthy {
+			t.Errorf("GPU %d is %s (%s); only GPU 3 had a fault", d.ID, d.Health, d.Reason)
+		}
+	}
+	if d := st.Status.Devices[3]; d.BandwidthGBps != 0 || !strings.Contains(d.Reason, "lost") && !strings.Contains(d.Reason, "Xid 79") {
+		t.Errorf("GPU 3: %+v", d)
+	}
+	if st.Status.Healthy != 7 || st.Status.Free != 7 {
+		t.Errorf("summary %+v", st.Status)
+	}
+	if err := h.srv.Inject(3, mock.Fault{Kind: mock.FaultRecover}); err != nil {
+		t.Fatal(err)
+	}
+	h.agent.Poke()
+	st = h.until("GPU 3 Healthy again", 0, func(s *apiv1.GpuNodeStatus) bool { return health(s, 3) == apiv1.Healthy })
+	if d := st.Status.Devices[3]; d.BandwidthGBps != 600 || d.Reason != "" {
+		t.Errorf("recovered GPU 3: %+v", d)
+	}
+}
+
+func TestDoubleBitECCRecoversAfterQuietPeriod(t *testing.T) {
+	h := newHarness(t, mock.PCIeOnly, nvml.SUCCESS)
+	h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Healthy == 8 })
+	h.watched()
+	if err := h.srv.Inject(5, mock.Fault{Kind: mock.FaultDoubleBitECC}); err != nil {
+		t.Fatal(err)
+	}
+	h.until("GPU 5 Unhealthy", 0, func(s *apiv1.GpuNodeStatus) bool { return health(s, 5) == apiv1.Unhealthy })
+	for range 8 { // 4 minutes of probes, each one passing: still inside the quiet period
+		h.probeRound()
+	}
+	if st, _ := h.gpu.GpuV1().GpuNodeStatuses().Get(context.Background(), node, metav1.GetOptions{}); health(st, 5) != apiv1.Unhealthy {
+		t.Fatalf("GPU 5 recovered before the quiet period")
+	}
+	h.until("GPU 5 Healthy after the quiet period", 120, func(s *apiv1.GpuNodeStatus) bool { return health(s, 5) == apiv1.Healthy })
+}
+
+func TestNVMLInitFailureFencesAndRetries(t *testing.T) {
+	prev := &apiv1.GpuNodeStatus{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Status: apiv1.GpuNodeStatusStatus{Total: 2, Healthy: 2, Free: 2, Devices: []apiv1.Device{
+			{ID: 0, Health: apiv1.Healthy, Island: "nvlink-group-0", BandwidthGBps: 900},
+			{ID: 1, Health: apiv1.Healthy, Island: "nvlink-group-0", BandwidthGBps: 900},
+		}},
+	}
+	h := newHarness(t, mock.DGXH100, nvml.ERROR_LIBRARY_NOT_FOUND, prev)
+	st := h.until("GPUs Unknown", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Message != "" })
+	for _, d := range st.Status.Devices {
+		if d.Health != apiv1.Unknown || d.BandwidthGBps != 0 {
+			t.Errorf("GPU %d while NVML fails: %+v", d.ID, d)
+		}
+	}
+	if st.Status.Healthy != 0 || st.Status.Free != 0 || !strings.Contains(st.Status.Message, "NVML") {
+		t.Errorf("status while NVML fails: %+v", st.Status)
+	}
+	// Still failing after a few backoffs: still Unknown, and the process keeps going.
+	for range 3 {
+		h.clk.Step(time.Minute)
+	}
+	if st, _ := h.gpu.GpuV1().GpuNodeStatuses().Get(context.Background(), node, metav1.GetOptions{}); st.Status.Healthy != 0 {
+		t.Fatalf("GPUs Healthy while NVML fails: %+v", st.Status)
+	}
+	h.srv.SetInitError(nvml.SUCCESS)
+	st = h.until("NVML works again", 120, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Healthy == 8 })
+	if st.Status.Message != "" || st.Status.Total != 8 {
+		t.Errorf("status after NVML came back: %+v", st.Status)
+	}
+}
+
+func TestNVMLInitFailureWithoutHistory(t *testing.T) {
+	h := newHarness(t, mock.DGXH100, nvml.ERROR_DRIVER_NOT_LOADED)
+	st := h.until("a status saying why", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Message != "" })
+	if st.Status.Total != 0 || !strings.Contains(st.Status.Message, "NVML initialisation failed") {
+		t.Errorf("status: %+v", st.Status)
+	}
+}
+
+func TestInUseByFromLeases(t *testing.T) {
+	h := newHarness(t, mock.PCIeNVLinkPairs, nvml.SUCCESS)
+	h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 8 })
+	for _, l := range []*coordinationv1.Lease{
+		{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-a-1", Namespace: "gpu-scheduler", Labels: map[string]string{apiv1.LabelLeaseNode: node, apiv1.LabelLeaseGPU: "1"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-uid-1")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-a-2", Namespace: "gpu-scheduler", Labels: map[string]string{apiv1.LabelLeaseNode: node, apiv1.LabelLeaseGPU: "2", apiv1.LabelLeaseShared: "true"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-uid-3,pod-uid-2")}},
+	} {
+		if err := h.leases.Add(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.agent.Poke()
+	st := h.until("inUseBy", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 6 })
+	if got := st.Status.Devices[1].InUseBy; len(got) != 1 || got[0] != "pod-uid-1" {
+		t.Errorf("GPU 1 inUseBy %v", got)
+	}
+	if got := st.Status.Devices[2].InUseBy; len(got) != 2 || got[0] != "pod-uid-2" {
+		t.Errorf("GPU 2 inUseBy %v", got)
+	}
+}

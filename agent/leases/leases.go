@@ -1,0 +1,119 @@
+// Package leases reads which pods hold which GPUs from the scheduler's GPU leases. The lease
+// is the lock, so it is the truth for a GPU's inUseBy.
+package leases
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// ByNode is the name of the index from node name to its GPU leases.
+const ByNode = "byNode"
+
+// NewInformerFactory watches the GPU leases in namespace: those of node, or of every node
+// when node is empty (fleet mode shares one informer among all simulated nodes).
+func NewInformerFactory(client kubernetes.Interface, namespace, node string, resync time.Duration) informers.SharedInformerFactory {
+	selector := apiv1.LabelLeaseNode // the label exists: every GPU lease
+	if node != "" {
+		selector = labels.Set{apiv1.LabelLeaseNode: node}.AsSelector().String()
+	}
+	return informers.NewSharedInformerFactoryWithOptions(client, resync,
+		informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+}
+
+// Informer is the factory's lease informer with the ByNode index.
+func Informer(f informers.SharedInformerFactory) (cache.SharedIndexInformer, error) {
+	inf := f.Coordination().V1().Leases().Informer()
+	err := inf.AddIndexers(cache.Indexers{ByNode: func(obj any) ([]string, error) {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok {
+			return nil, nil
+		}
+		if n := l.Labels[apiv1.LabelLeaseNode]; n != "" {
+			return []string{n}, nil
+		}
+		return nil, nil
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("add lease index %s: %w", ByNode, err)
+	}
+	return inf, nil
+}
+
+// NodeOf names the node a lease event concerns ("" when none); it unwraps tombstones.
+func NodeOf(obj any) string {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		return l.Labels[apiv1.LabelLeaseNode]
+	}
+	return ""
+}
+
+// Holders maps each GPU ID of node to the sorted pod UIDs holding it. Leases with an
+// unreadable GPU label are skipped: a malformed lease must not make the agent fail.
+func Holders(indexer cache.Indexer, node string) map[int][]string {
+	objs, err := indexer.ByIndex(ByNode, node)
+	if err != nil || len(objs) == 0 {
+		return nil
+	}
+	out := map[int][]string{}
+	for _, obj := range objs {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok {
+			continue
+		}
+		id, ok := GPUOf(l)
+		if !ok || l.Spec.HolderIdentity == nil {
+			continue
+		}
+		out[id] = append(out[id], ParseHolders(*l.Spec.HolderIdentity)...)
+	}
+	for id, uids := range out {
+		slices.Sort(uids)
+		out[id] = slices.Compact(uids)
+		if len(out[id]) == 0 {
+			delete(out, id)
+		}
+	}
+	return out
+}
+
+// GPUOf reads the GPU ID from the lease's label.
+func GPUOf(l *coordinationv1.Lease) (int, bool) {
+	s := l.Labels[apiv1.LabelLeaseGPU]
+	if s == "" || len(s) > 4 {
+		return 0, false
+	}
+	id, err := strconv.Atoi(s)
+	if err != nil || id < 0 {
+		return 0, false
+	}
+	return id, true
+}
+
+// ParseHolders splits a holderIdentity: one pod UID, or several comma-separated for Shared
+// GPUs. Empty entries and surrounding spaces are dropped.
+func ParseHolders(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

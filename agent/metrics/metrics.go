@@ -1,0 +1,74 @@
+// Package metrics holds the agent's Prometheus metrics, registered once in the legacy registry
+// that /metrics serves. Until Register is called they are no-ops, which keeps tests hermetic.
+package metrics
+
+import (
+	"strconv"
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+const subsystem = "gpu_agent"
+
+var (
+	// GPUHealth is 1 for a Healthy GPU, 0 for Unhealthy and -1 for Unknown.
+	GPUHealth = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem: subsystem, Name: "gpu_health",
+		Help:           "Health of each GPU: 1 Healthy, 0 Unhealthy, -1 Unknown.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"node", "gpu"})
+	// Events counts the NVML events seen, by kind (xid-critical, xid-ignored, double-bit-ecc, lost).
+	Events = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem: subsystem, Name: "nvml_events_total",
+		Help:           "NVML health events seen, by kind.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
+	// StatusWrites counts GpuNodeStatus writes, by result (created, updated, conflict, error).
+	StatusWrites = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem: subsystem, Name: "status_writes_total",
+		Help:           "GpuNodeStatus writes to the API server, by result.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	// NVMLInitFailures counts failed NVML initialisations.
+	NVMLInitFailures = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem: subsystem, Name: "nvml_init_failures_total",
+		Help:           "Failed NVML initialisations; the node's GPUs are Unknown until one succeeds.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	// LabelPatches counts node label patches.
+	LabelPatches = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem: subsystem, Name: "node_label_patches_total",
+		Help:           "Patches of the GPU labels on Node objects.",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
+var once sync.Once
+
+// Register registers the metrics in the legacy registry; later calls do nothing.
+func Register() {
+	once.Do(func() {
+		legacyregistry.MustRegister(GPUHealth, Events, StatusWrites, NVMLInitFailures, LabelPatches)
+	})
+}
+
+// SetHealth records GPU id's health on node.
+func SetHealth(node string, id int32, h apiv1.Health) {
+	v := -1.0
+	switch h {
+	case apiv1.Healthy:
+		v = 1
+	case apiv1.Unhealthy:
+		v = 0
+	}
+	GPUHealth.WithLabelValues(node, strconv.Itoa(int(id))).Set(v)
+}
+
+// ForgetNode drops node's per-GPU series (fleet mode, when a node goes away).
+func ForgetNode(node string) {
+	GPUHealth.DeletePartialMatch(map[string]string{"node": node})
+}

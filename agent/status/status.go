@@ -1,0 +1,227 @@
+// Package status writes a node's GpuNodeStatus and GPU labels, and only when something
+// changed: at 5,000 nodes every write counts. A heartbeat (LastHeartbeatTime) is written at
+// least once per heartbeat interval, so the scheduler can tell a live agent from a dead one.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
+	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// Summarize fills Total, Healthy and Free from devices.
+func Summarize(devices []apiv1.Device, message string) apiv1.GpuNodeStatusStatus {
+	st := apiv1.GpuNodeStatusStatus{Devices: devices, Total: int32(len(devices)), Message: message}
+	for _, d := range devices {
+		if d.Health == apiv1.Healthy {
+			st.Healthy++
+			if len(d.InUseBy) == 0 {
+				st.Free++
+			}
+		}
+	}
+	return st
+}
+
+// Same tells whether two statuses say the same, heartbeat aside.
+func Same(a, b apiv1.GpuNodeStatusStatus) bool {
+	a.LastHeartbeatTime, b.LastHeartbeatTime = metav1.Time{}, metav1.Time{}
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+// Config configures a Writer.
+type Config struct {
+	Node       string
+	GPUClient  versioned.Interface
+	KubeClient kubernetes.Interface
+	Clock      clock.PassiveClock
+	// Heartbeat is the longest time between two writes. Each node writes a little earlier
+	// (up to 20%, fixed per node) so that a fleet started at once does not beat in step.
+	Heartbeat time.Duration
+	// MinInterval is the shortest time between two status writes: changes that come in a
+	// burst (a pod's leases) are written together.
+	MinInterval time.Duration
+	// Limiter, when set, is shared by every writer of a process (fleet mode) to cap writes.
+	Limiter flowcontrol.RateLimiter
+}
+
+// Writer writes one node's GpuNodeStatus.
+type Writer struct {
+	cfg       Config
+	heartbeat time.Duration
+	last      *apiv1.GpuNodeStatus // as last read or written; nil until loaded
+	lastWrite time.Time
+	// labelsFrom is the node resourceVersion the last label patch was computed from: while the
+	// cache still shows it, the patch is in flight and is not sent again.
+	labelsFrom string
+}
+
+// NewWriter makes a writer.
+func NewWriter(cfg Config) *Writer {
+	h := fnv.New32a()
+	h.Write([]byte(cfg.Node))
+	early := time.Duration(float64(cfg.Heartbeat) * 0.2 * float64(h.Sum32()%1000) / 1000)
+	return &Writer{cfg: cfg, heartbeat: cfg.Heartbeat - early}
+}
+
+// HeartbeatInterval is this node's heartbeat interval, after its fixed jitter.
+func (w *Writer) HeartbeatInterval() time.Duration { return w.heartbeat }
+
+// Last is the status as last read or written, nil when none is known yet.
+func (w *Writer) Last() *apiv1.GpuNodeStatus { return w.last }
+
+// Load reads the existing object, if any, so that a restarted agent neither rewrites an
+// unchanged status nor forgets the GPUs it knew when NVML now fails.
+func (w *Writer) Load(ctx context.Context) error {
+	obj, err := w.cfg.GPUClient.GpuV1().GpuNodeStatuses().Get(ctx, w.cfg.Node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get GpuNodeStatus %s: %w", w.cfg.Node, err)
+	}
+	w.last = obj
+	return nil
+}
+
+// Due is when Sync next has something to do for want: now when it differs from what was
+// written (or MinInterval after the last write), else the next heartbeat.
+func (w *Writer) Due(want apiv1.GpuNodeStatusStatus) time.Time {
+	if w.last == nil || !Same(w.last.Status, want) {
+		return w.lastWrite.Add(w.cfg.MinInterval)
+	}
+	return w.last.Status.LastHeartbeatTime.Add(w.heartbeat)
+}
+
+// Sync writes want when it changed or a heartbeat is due and MinInterval has passed. node
+// is the Node (for the owner reference); it reports whether it wrote.
+func (w *Writer) Sync(ctx context.Context, node *corev1.Node, want apiv1.GpuNodeStatusStatus) (bool, error) {
+	now := w.cfg.Clock.Now()
+	if now.Before(w.Due(want)) {
+		return false, nil
+	}
+	if w.cfg.Limiter != nil {
+		if err := w.cfg.Limiter.Wait(ctx); err != nil {
+			return false, fmt.Errorf("write GpuNodeStatus %s: %w", w.cfg.Node, err)
+		}
+	}
+	client := w.cfg.GPUClient.GpuV1().GpuNodeStatuses()
+	if w.last == nil {
+		if node == nil {
+			return false, fmt.Errorf("create GpuNodeStatus %s: node %s is not known yet", w.cfg.Node, w.cfg.Node)
+		}
+		obj := &apiv1.GpuNodeStatus{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: w.cfg.Node,
+				// Owned by the Node: the garbage collector deletes it with the node.
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
+			},
+			Spec: apiv1.GpuNodeStatusSpec{NodeName: w.cfg.Node},
+		}
+		created, err := client.Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			created, err = client.Get(ctx, w.cfg.Node, metav1.GetOptions{})
+		}
+		if err != nil {
+			metrics.StatusWrites.WithLabelValues("error").Inc()
+			return false, fmt.Errorf("create GpuNodeStatus %s: %w", w.cfg.Node, err)
+		}
+		metrics.StatusWrites.WithLabelValues("created").Inc()
+		w.last = created
+	}
+	obj := w.last.DeepCopy()
+	obj.Status = want
+	obj.Status.LastHeartbeatTime = metav1.NewTime(now)
+	updated, err := client.UpdateStatus(ctx, obj, metav1.UpdateOptions{})
+	if err != nil {
+		result := "error"
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// Someone else changed or deleted it: read it again on the next Sync.
+			result = "conflict"
+			w.last = nil
+			if lerr := w.Load(ctx); lerr != nil {
+				klog.FromContext(ctx).V(2).Info("Reloading GpuNodeStatus failed", "node", w.cfg.Node, "err", lerr)
+			}
+		}
+		metrics.StatusWrites.WithLabelValues(result).Inc()
+		return false, fmt.Errorf("update status of GpuNodeStatus %s: %w", w.cfg.Node, err)
+	}
+	metrics.StatusWrites.WithLabelValues("updated").Inc()
+	w.last, w.lastWrite = updated, now
+	return true, nil
+}
+
+// Labels are the node labels users select on.
+func Labels(devices []apiv1.Device, nvlink bool) map[string]string {
+	l := map[string]string{
+		apiv1.LabelGPUCount: strconv.Itoa(len(devices)),
+		apiv1.LabelNVLink:   strconv.FormatBool(nvlink),
+	}
+	if len(devices) > 0 {
+		if p := LabelValue(devices[0].Product); p != "" {
+			l[apiv1.LabelGPUProduct] = p
+		}
+	}
+	return l
+}
+
+// LabelValue makes a product name a valid label value: "NVIDIA H100 80GB HBM3" becomes
+// "NVIDIA-H100-80GB-HBM3".
+func LabelValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+		if !ok {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 63 {
+		b = b[:63]
+	}
+	return strings.Trim(string(b), "-_.")
+}
+
+// SyncLabels patches node's GPU labels when they differ from want; it reports whether it did.
+func (w *Writer) SyncLabels(ctx context.Context, node *corev1.Node, want map[string]string) (bool, error) {
+	if node == nil {
+		return false, nil
+	}
+	diff := map[string]string{}
+	for k, v := range want {
+		if node.Labels[k] != v {
+			diff[k] = v
+		}
+	}
+	if len(diff) == 0 || node.ResourceVersion == w.labelsFrom && w.labelsFrom != "" {
+		return false, nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": maps.Clone(diff)}})
+	if err != nil {
+		return false, fmt.Errorf("label node %s: %w", node.Name, err)
+	}
+	if _, err := w.cfg.KubeClient.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return false, fmt.Errorf("label node %s: %w", node.Name, err)
+	}
+	metrics.LabelPatches.Inc()
+	w.labelsFrom = node.ResourceVersion
+	return true, nil
+}
