@@ -292,6 +292,21 @@ func TestScoreRanksPlacements(t *testing.T) {
 	}
 }
 
+func TestSpreadScorePrefersNodesThatCanSpread(t *testing.T) {
+	req := Request{Count: 2, Policy: Spread}
+	halfFull, err := Allocate(seedBox().HeldBy("p", 0, 1, 2, 3).Node(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := Allocate(seedBox().Node(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.Islands != 2 || halfFull.Islands != 1 || fresh.Score <= halfFull.Score {
+		t.Fatalf("fresh node spreads over %d islands scoring %d; half-full node %d islands scoring %d", fresh.Islands, fresh.Score, halfFull.Islands, halfFull.Score)
+	}
+}
+
 func TestNodeScoreStrategies(t *testing.T) {
 	req := Request{Count: 1, Policy: Contiguous}
 	busy := DGX("busy", 8, 600).HeldBy("p", 0, 1, 2, 3, 4, 5).Node()

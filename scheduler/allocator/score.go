@@ -45,14 +45,9 @@ func (v *view) score(res *Result) {
 
 	switch req.Policy {
 	case Spread:
-		// The more distinct islands (up to what the node offers), the better.
-		offered := 0
-		for i := range v.islands {
-			if len(v.islands[i].free) > 0 {
-				offered++
-			}
-		}
-		want := min(req.Count, offered)
+		// The more distinct islands the better, up to as many as the node has: a node whose
+		// other islands are full scores below one that can really spread.
+		want := min(req.Count, len(v.islands))
 		parts = append(parts, part{60, 100 * min(res.Islands, want) / want})
 		if topo {
 			parts = append(parts, part{20, bandwidth})

@@ -19,8 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -35,6 +37,8 @@ import (
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
+
+var registerScheme sync.Once
 
 // Name is the plugin's name in the scheduler configuration.
 const Name = "GpuClaimPlugin"
@@ -96,6 +100,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 // newPlugin is New with an injectable GPU clientset and clock for tests.
 func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient versioned.Interface, clk clock.Clock) (*Plugin, error) {
 	logger := klog.FromContext(ctx).WithName(Name)
+	// Events about GpuClaims go through the scheduler's recorder, whose scheme must know them.
+	registerScheme.Do(func() { utilruntime.Must(apiv1.AddToScheme(clientgoscheme.Scheme)) })
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err

@@ -38,7 +38,7 @@ func TestCRDRejectsBadClaims(t *testing.T) {
 		{"unknown mode", `{devices: {count: 1}, topology: {mode: Always}}`, `spec.topology.mode: Unsupported value: "Always": supported values: "Required", "Preferred", "Ignore"`},
 		{"negative bandwidth", `{devices: {count: 1}, topology: {minBandwidthGBps: -1}}`, "spec.topology.minBandwidthGBps: Invalid value: -1: spec.topology.minBandwidthGBps in body should be greater than or equal to 0"},
 		{"negative preferIds", `devices: {count: 1, policy: preferIds, preferIds: [-1]}`, "spec.devices.preferIds[0]: Invalid value: -1: spec.devices.preferIds[0] in body should be greater than or equal to 0"},
-		{"duplicate preferIds", `devices: {count: 2, policy: preferIds, preferIds: [2, 2]}`, "spec.devices.preferIds: Invalid value: \"array\": preferIds must not repeat a GPU ID"},
+		{"duplicate preferIds", `devices: {count: 2, policy: preferIds, preferIds: [2, 2]}`, "spec.devices.preferIds: Invalid value: preferIds must not repeat a GPU ID"},
 		{"preferIds policy without IDs", `devices: {count: 1, policy: preferIds}`, "preferIds must list at least one GPU ID when policy is preferIds"},
 		{"preferIds without the policy", `devices: {count: 1, preferIds: [1]}`, "preferIds is only used with policy: preferIds"},
 		{"spread with Required", `{devices: {count: 2, policy: spread}, topology: {mode: Required}}`, "policy spread places GPUs across islands and cannot be combined with topology.mode Required"},

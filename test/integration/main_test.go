@@ -55,7 +55,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// step prints setup progress, so a slow or stuck start-up shows where it is.
+func step(format string, args ...any) {
+	fmt.Printf("%s setup: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
 func setup(ctx context.Context, m *testing.M) (int, error) {
+	step("starting the control plane")
 	c, err := cluster.Start(ctx, cluster.Config{Name: "sched-it"})
 	if err != nil {
 		return 1, err
@@ -87,6 +93,7 @@ func setup(ctx context.Context, m *testing.M) (int, error) {
 			return 1, err
 		}
 	}
+	step("waiting for %d node pools", len(pools))
 	for _, p := range pools {
 		if err := c.WaitNodesReady(ctx, cluster.PoolSelector(p.Name), p.Count, time.Minute); err != nil {
 			return 1, err
@@ -97,9 +104,11 @@ func setup(ctx context.Context, m *testing.M) (int, error) {
 			}
 		}
 	}
+	step("starting gpu-scheduler")
 	if env.schedA, err = launch.StartScheduler(ctx, c, launch.SchedulerOptions{Name: "gpu-scheduler-a"}); err != nil {
 		return 1, err
 	}
+	step("ready")
 	return m.Run(), nil
 }
 

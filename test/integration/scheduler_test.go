@@ -38,6 +38,7 @@ func TestPlacementAndLifecycle(t *testing.T) {
 	createClaim(t, ns, "too-big", apiv1.GpuClaimSpec{
 		Devices:  apiv1.DeviceRequest{Count: 5},
 		Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600},
+		Selector: onPool("two-island"),
 	})
 	island := createPod(t, ns, "island", "island")
 	createPod(t, ns, "spread", "spread")
@@ -68,7 +69,7 @@ func TestPlacementAndLifecycle(t *testing.T) {
 		t.Fatalf("pinned claim got %v", a)
 	}
 
-	// Required 5 GPUs at 600 GB/s fits no island anywhere: Pending with the reason.
+	// Required 5 GPUs at 600 GB/s fits no island of a two-island node: Pending with the reason.
 	claimStatus(t, ns, "too-big", "Pending with the reason", func(s apiv1.GpuClaimStatus) bool {
 		return s.Phase == apiv1.ClaimPending && strings.Contains(s.Message, "no node has 5 healthy free GPUs in one island with ≥ 600 GB/s")
 	})
