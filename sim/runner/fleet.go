@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
+	agentmetrics "github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
@@ -30,6 +31,7 @@ func (p inProcessFleet) Inject(_ context.Context, node string, gpu int, fault st
 // StartInProcessFleet starts the agent fleet for c's nodes. Probes run every 2s and a GPU
 // recovers after 10s without faults, so a scenario's faults and recoveries show within seconds.
 func StartInProcessFleet(ctx context.Context, c *cluster.Cluster) (Fleet, error) {
+	agentmetrics.Register() // the agent's metrics are live only once registered, as in gpu-agent
 	cfg := c.RESTConfig()
 	cfg.QPS, cfg.Burst = 500, 1000
 	cs, err := kubernetes.NewForConfig(cfg)

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -109,12 +110,12 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 	return out, nil
 }
 
-func runOne(ctx context.Context, o Options, mode string) (res *RunResult, err error) {
+func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err error) {
 	s := o.Scenario
 	stock := mode == ModeStock
 	logger := klog.FromContext(ctx).WithValues("mode", mode)
 	ctx = klog.NewContext(ctx, logger)
-	res = &RunResult{Mode: mode, PeakRSSByProcess: map[string]int64{}}
+	res := &RunResult{Mode: mode, PeakRSSByProcess: map[string]int64{}}
 	began := time.Now()
 	short := "ours"
 	if stock {
@@ -170,10 +171,8 @@ func runOne(ctx context.Context, o Options, mode string) (res *RunResult, err er
 			return nil, err
 		}
 	}
-	for _, p := range s.Spec.NodePools {
-		if err := c.WaitNodesReady(ctx, cluster.PoolSelector(p.Name), p.Count, 5*time.Minute); err != nil {
-			return nil, err
-		}
+	if err := c.WaitNodesReady(ctx, labels.SelectorFromSet(labels.Set{cluster.LabelKwokType: "kwok"}), nodes, 5*time.Minute); err != nil {
+		return nil, err
 	}
 	if err := waitServiceAccount(ctx, cs, ns); err != nil {
 		return nil, err
@@ -245,12 +244,11 @@ func runOne(ctx context.Context, o Options, mode string) (res *RunResult, err er
 	timedOut := false
 	total := len(plan)
 	for {
-		bound, finished := rec.counts()
+		bound, _ := rec.counts()
 		bar.update(bound, int(pl.created.Load()), total, rec.now()-t0)
 		if int(pl.created.Load())+int(pl.createErrors.Load()) >= total && pl.settled(rec) && pl.deletesDone.Load() {
 			break
 		}
-		_ = finished
 		if rec.now() > deadline {
 			timedOut = true
 			break
@@ -264,6 +262,9 @@ func runOne(ctx context.Context, o Options, mode string) (res *RunResult, err er
 	}
 	end := rec.now()
 	res.Workload = end - t0
+	bound, _ := rec.counts()
+	bar.last = time.Time{}
+	bar.update(bound, int(pl.created.Load()), total, end-t0)
 	bar.done()
 	after, err := scrapeRequests(ctx, cs)
 	if err != nil {
