@@ -37,7 +37,7 @@ unit:
 
 ## test: everything CI runs: verify, unit tests, integration and acceptance tests
 .PHONY: test
-test: verify unit test-chart test-integration
+test: verify unit test-chart test-integration test-sim
 
 ## tools: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl, helm into _output/bin (only when a pin changed)
 .PHONY: tools
@@ -51,6 +51,16 @@ test-integration: tools
 	if [ -z "$$pkgs" ]; then echo "no integration tests"; exit 0; fi; \
 	echo CGO_ENABLED=1 $(GO) test -tags integration -count=1 -p 1 -timeout 30m $$pkgs; \
 	CGO_ENABLED=1 $(GO) test -tags integration -count=1 -p 1 -timeout 30m $$pkgs
+
+## sim: simulate SCENARIO (default scenarios/quickstart.yaml) with gpu-scheduler and the stock kube-scheduler; table on stdout, report in reports/
+.PHONY: sim
+sim: tools build
+	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run $(SCENARIO)
+
+## test-sim: the simulator's smoke run (scenarios/smoke.yaml: 8 nodes, 24 pods, both schedulers; about a minute)
+.PHONY: test-sim
+test-sim: tools build
+	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run scenarios/smoke.yaml
 
 ## cluster-up: start a local control plane with the stock scheduler (NODES=n fake GPU nodes); prints its KUBECONFIG
 .PHONY: cluster-up
