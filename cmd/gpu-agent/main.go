@@ -1,0 +1,202 @@
+// Command gpu-agent publishes a node's GPUs (islands, bandwidth, health, holders) as its
+// GpuNodeStatus. As a DaemonSet it reads the real GPUs through NVML; with --fleet it runs the
+// same loop for every simulated node carrying the gpu.scheduling/topology label, over mock NVML.
+//
+// Build with cgo (go-nvml loads libnvidia-ml at run time), and never link anything that
+// imports Go's plugin package into this binary: the linker then binds every symbol at start and
+// the binary dies on the NVML symbols a node without a driver lacks.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-scheduler/gpu-scheduler/agent"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
+	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+)
+
+type options struct {
+	nodeName, kubeconfig, leaseNamespace, listen string
+	heartbeat, probe, quiet, minWrite            time.Duration
+	fleet                                        bool
+	qps                                          float64
+	burst                                        int
+	fleetWriteQPS                                float64
+	fleetWriteBurst                              int
+}
+
+func main() {
+	var o options
+	fs := flag.CommandLine
+	klog.InitFlags(fs)
+	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "Node whose GPUs this agent reports (default $NODE_NAME). Ignored with --fleet.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; empty means in-cluster configuration.")
+	fs.StringVar(&o.leaseNamespace, "lease-namespace", "gpu-scheduler", "Namespace of the scheduler's GPU leases.")
+	fs.StringVar(&o.listen, "listen-address", ":8080", "Address of /healthz, /metrics and, with --fleet, /fault and /nodes.")
+	fs.DurationVar(&o.heartbeat, "heartbeat-interval", 3*time.Minute, "Longest time between two GpuNodeStatus writes (the freshness signal).")
+	fs.DurationVar(&o.probe, "probe-interval", 30*time.Second, "How often every GPU is probed (lost, persistent faults, recovery).")
+	fs.DurationVar(&o.quiet, "recovery-quiet-period", 5*time.Minute, "How long an answering GPU must stay free of critical events before it is Healthy again.")
+	fs.DurationVar(&o.minWrite, "min-write-interval", time.Second, "Shortest time between two status writes of one node.")
+	fs.BoolVar(&o.fleet, "fleet", false, "Simulate every node labelled gpu.scheduling/topology with its mock GPU topology.")
+	fs.Float64Var(&o.qps, "kube-api-qps", 20, "Client QPS to the API server (raise it with --fleet).")
+	fs.IntVar(&o.burst, "kube-api-burst", 40, "Client burst to the API server.")
+	fs.Float64Var(&o.fleetWriteQPS, "fleet-write-qps", 100, "With --fleet: status writes per second for the whole fleet.")
+	fs.IntVar(&o.fleetWriteBurst, "fleet-write-burst", 200, "With --fleet: status write burst for the whole fleet.")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		klog.Background().Error(err, "gpu-agent failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	if !o.fleet && o.nodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required without --fleet")
+	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	gpus, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("gpu.scheduling client: %w", err)
+	}
+	metrics.Register()
+	base := agent.Config{
+		KubeClient: kube, GPUClient: gpus,
+		ProbeInterval: o.probe, HeartbeatInterval: o.heartbeat, RecoveryQuietPeriod: o.quiet, MinWriteInterval: o.minWrite,
+	}
+
+	mux := http.NewServeMux()
+	// Liveness says only that the process serves: NVML failures are reported in the status
+	// (GPUs Unknown), never by failing the probe, which would crash-loop the agent.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.Handle("GET /metrics", legacyregistry.Handler())
+
+	var runLoop func(context.Context) error
+	if o.fleet {
+		f, err := fleet.New(fleet.Config{
+			KubeClient: kube, GPUClient: gpus, LeaseNamespace: o.leaseNamespace, Agent: base,
+			WriteQPS: float32(o.fleetWriteQPS), WriteBurst: o.fleetWriteBurst,
+		})
+		if err != nil {
+			return err
+		}
+		fh := f.Handler()
+		mux.Handle("POST /fault", fh)
+		mux.Handle("GET /nodes", fh)
+		runLoop = f.Run
+	} else {
+		runLoop = func(ctx context.Context) error { return runNode(ctx, o, base) }
+	}
+
+	srv := &http.Server{Addr: o.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "HTTP server failed", "address", o.listen)
+		}
+	}()
+	logger.Info("gpu-agent starting", "fleet", o.fleet, "node", o.nodeName, "listen", o.listen)
+	return runLoop(ctx)
+}
+
+// runNode runs the agent for this node over the real NVML.
+func runNode(ctx context.Context, o options, cfg agent.Config) error {
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.nodeName).String()
+		}))
+	nodes := nodeFactory.Core().V1().Nodes()
+	leaseFactory := leases.NewInformerFactory(cfg.KubeClient, o.leaseNamespace, o.nodeName, 0)
+	leaseInformer, err := leases.Informer(leaseFactory)
+	if err != nil {
+		return err
+	}
+	cfg.NodeName = o.nodeName
+	cfg.GPUs = nvmlgpu.New(nvml.New(), nvmlgpu.Options{})
+	cfg.Nodes, cfg.Leases = nodes.Lister(), leaseInformer.GetIndexer()
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	poke := func(any) { a.Poke() }
+	if _, err := leaseInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke,
+	}); err != nil {
+		return fmt.Errorf("watch leases: %w", err)
+	}
+	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			if ok1 && ok2 && !maps.Equal(o.Labels, n.Labels) {
+				a.Poke() // someone touched the labels: the agent puts its own back
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("watch node: %w", err)
+	}
+	nodeFactory.Start(ctx.Done())
+	leaseFactory.Start(ctx.Done())
+	nodeFactory.WaitForCacheSync(ctx.Done())
+	leaseFactory.WaitForCacheSync(ctx.Done())
+	defer nodeFactory.Shutdown()
+	defer leaseFactory.Shutdown()
+	return a.Run(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (pass --kubeconfig outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}
