@@ -124,20 +124,18 @@ type WriteRow struct {
 }
 
 // SchedulingWrite says whether a write series is part of placing pods: bindings, GPU lease
-// creates and deletes, claim writes, pod patches and scheduler events. It leaves out the
-// workload's own pod and claim creates, kwok's pod status updates and node heartbeats (lease
-// PUTs), and the agent's GpuNodeStatus writes, which the report counts apart.
+// creates (conflicts included), claim writes and pod patches. It leaves out lease deletes
+// (releases), events, the workload's own pod and claim creates, kwok's pod status updates and
+// node heartbeats (lease PUTs), and the agent's GpuNodeStatus writes, which the report lists apart.
 func SchedulingWrite(k RequestKey) bool {
 	switch {
 	case k.Resource == "pods" && k.Subresource == "binding" && k.Verb == "POST":
 		return true
 	case k.Resource == "pods" && k.Subresource == "" && (k.Verb == "PATCH" || k.Verb == "PUT"):
 		return true
-	case k.Resource == "leases" && (k.Verb == "POST" || k.Verb == "DELETE"):
+	case k.Resource == "leases" && k.Verb == "POST":
 		return true
 	case k.Resource == "gpuclaims" && k.Verb != "POST":
-		return true
-	case k.Resource == "events" && k.Group == "events.k8s.io":
 		return true
 	}
 	return false
