@@ -160,9 +160,8 @@ func (w *statusWriter) next(ctx context.Context) bool {
 		return true
 	}
 	w.queue.Forget(key)
-	if s.reason != "Released" && s.pod != nil && s.pod.Name != "" {
-		typ := v1.EventTypeWarning
-		w.p.handle.EventRecorder().Eventf(s.claim, s.pod, typ, s.reason, "Scheduling", s.msg)
+	if rec := w.p.handle.EventRecorder(); rec != nil && s.reason != "Released" && s.pod != nil && s.pod.Name != "" {
+		rec.Eventf(s.claim, s.pod, v1.EventTypeWarning, s.reason, "Scheduling", s.msg)
 	}
 	return true
 }

@@ -1,0 +1,277 @@
+package gpuclaim
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	framework "k8s.io/kubernetes/pkg/scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
+)
+
+// harness builds the plugin over fake clientsets and a real framework handle, with the given
+// nodes (their GpuNodeStatus is the API reference's two-island box) and claims.
+type testEnv struct {
+	p     *Plugin
+	kube  *fake.Clientset
+	gpu   *gpufake.Clientset
+	nodes []*v1.Node
+	clock *clocktesting.FakeClock
+}
+
+func newTestEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *testEnv {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	kube := fake.NewClientset()
+	var gpuObjs []runtime.Object
+	for _, n := range nodes {
+		gpuObjs = append(gpuObjs, seedStatus(n.Name, clk.Now()))
+	}
+	gpuObjs = append(gpuObjs, objs...)
+	gpu := gpufake.NewSimpleClientset(gpuObjs...)
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	fh, err := frameworkruntime.NewFramework(ctx, nil, &config.KubeSchedulerProfile{},
+		frameworkruntime.WithClientSet(kube),
+		frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(nil, nodes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPlugin(ctx, nil, fh, gpu, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	return &testEnv{p: p, kube: kube, gpu: gpu, nodes: nodes, clock: clk}
+}
+
+func node(name string, labels map[string]string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func claimObj(name string, spec apiv1.GpuClaimSpec) *apiv1.GpuClaim {
+	return &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: spec}
+}
+
+// schedule runs the extension points in the framework's order for one pod and returns the
+// chosen node, or the first failing status.
+func (e *testEnv) schedule(t *testing.T, pod *v1.Pod) (string, *fwk.Status, fwk.CycleState) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := e.kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s: %v", pod.Name, err)
+	}
+	cs := framework.NewCycleState()
+	res, st := e.p.PreFilter(ctx, cs, pod, nil)
+	if !st.IsSuccess() {
+		return "", st, cs
+	}
+	best, bestScore := "", int64(-1)
+	for _, n := range e.nodes {
+		if res != nil && !res.AllNodes() && !res.NodeNames.Has(n.Name) {
+			continue
+		}
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		if st := e.p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
+			continue
+		}
+		score, st := e.p.Score(ctx, cs, pod, ni)
+		if !st.IsSuccess() {
+			t.Fatalf("Score(%s): %v", n.Name, st)
+		}
+		if score > bestScore {
+			best, bestScore = n.Name, score
+		}
+	}
+	if best == "" {
+		return "", fwk.NewStatus(fwk.Unschedulable, "no node passed Filter"), cs
+	}
+	if st := e.p.Reserve(ctx, cs, pod, best); !st.IsSuccess() {
+		return "", st, cs
+	}
+	if st := e.p.PreBind(ctx, cs, pod, best); !st.IsSuccess() {
+		e.p.Unreserve(ctx, cs, pod, best)
+		return "", st, cs
+	}
+	if st := e.p.Bind(ctx, cs, pod, best); !st.IsSuccess() {
+		e.p.Unreserve(ctx, cs, pod, best)
+		return "", st, cs
+	}
+	e.p.PostBind(ctx, cs, pod, best)
+	return best, nil, cs
+}
+
+func TestScheduleCycle(t *testing.T) {
+	nodes := []*v1.Node{node("a", nil), node("b", map[string]string{"gpu-type": "a100"})}
+	e := newTestEnv(t, nodes,
+		claimObj("fast", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"gpu-type": "a100"}}}),
+	)
+	pod := gpuPod("p", "fast")
+	got, st, _ := e.schedule(t, pod)
+	if st != nil || got != "b" {
+		t.Fatalf("scheduled on %q, status %v; want node b (the selector)", got, st)
+	}
+	// One lease per GPU, held by the pod, labelled for listing.
+	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
+	var names []string
+	for _, l := range leases.Items {
+		names = append(names, l.Name)
+		if *l.Spec.HolderIdentity != string(pod.UID) || l.Labels[apiv1.LabelLeaseNode] != "b" || l.Labels[apiv1.LabelPodUID] != string(pod.UID) {
+			t.Fatalf("lease %s: holder %s labels %v", l.Name, *l.Spec.HolderIdentity, l.Labels)
+		}
+	}
+	if want := []string{"gpu-b-0", "gpu-b-1", "gpu-b-2", "gpu-b-3"}; !reflect.DeepEqual(names, want) {
+		t.Fatalf("leases %v, want %v", names, want)
+	}
+	// The Binding carries the allocation annotations.
+	var binding *v1.Binding
+	for _, a := range e.kube.Actions() {
+		if c, ok := a.(clienttesting.CreateAction); ok && a.GetSubresource() == "binding" {
+			binding = c.GetObject().(*v1.Binding)
+		}
+	}
+	if binding == nil || binding.Target.Name != "b" || binding.Annotations[apiv1.AnnotationAllocated] != "b:0,1,2,3" || binding.Annotations[apiv1.AnnotationGPUIDs] != "0,1,2,3" {
+		t.Fatalf("binding %+v", binding)
+	}
+	// The claim is Bound, with the allocation.
+	c, _ := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "fast", metav1.GetOptions{})
+	if c.Status.Phase != apiv1.ClaimBound || c.Status.Allocated != "b:0,1,2,3" || c.Status.PodUID != string(pod.UID) || !reflect.DeepEqual(c.Status.GpuIDs, []int32{0, 1, 2, 3}) {
+		t.Fatalf("claim status %+v", c.Status)
+	}
+	// The same 4 fast GPUs cannot be had again on b; nothing else fits the Required claim.
+	createClaimStatusLess(t, e, claimObj("fast2", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"gpu-type": "a100"}}}))
+	if _, st, _ := e.schedule(t, gpuPod("q", "fast2")); st == nil || st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "no node has 4 healthy free GPUs in one island with ≥ 600 GB/s for GpuClaim ns/fast2") {
+		t.Fatalf("second claim status %v", st)
+	}
+}
+
+// createClaimStatusLess adds a claim and waits until the plugin's informer has it.
+func createClaimStatusLess(t *testing.T, e *testEnv, c *apiv1.GpuClaim) {
+	t.Helper()
+	if _, err := e.gpu.GpuV1().GpuClaims(c.Namespace).Create(t.Context(), c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, func() bool {
+		_, err := e.p.claimLister.GpuClaims(c.Namespace).Get(c.Name)
+		return err == nil
+	})
+}
+
+func eventuallyTrue(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(10 * time.Millisecond) // informer catch-up on fake clients; bounded by the deadline
+	}
+}
+
+func TestPreFilterRejections(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)},
+		claimObj("mig", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1, Exclusivity: apiv1.MIG}}),
+		claimObj("ok", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
+	)
+	tests := []struct {
+		pod  *v1.Pod
+		code fwk.Code
+		want string
+	}{
+		{gpuPod("plain", ""), fwk.Skip, ""},
+		{gpuPod("missing", "nope"), fwk.UnschedulableAndUnresolvable, "GpuClaim ns/nope named by pod missing does not exist"},
+		{gpuPod("mig", "mig"), fwk.UnschedulableAndUnresolvable, "GpuClaim ns/mig is invalid: spec.devices.exclusivity MIG is not supported yet; use Exclusive or Shared"},
+		{gpuPod("empty", ""), fwk.Skip, ""},
+	}
+	tests[3].pod.Annotations[apiv1.AnnotationClaim] = ""
+	tests[3].code, tests[3].want = fwk.UnschedulableAndUnresolvable, "has an empty gpu.scheduling/claim annotation"
+	for _, tt := range tests {
+		_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), tt.pod, nil)
+		if st.Code() != tt.code || !strings.Contains(st.Message(), tt.want) {
+			t.Errorf("pod %s: status %v %q, want %v containing %q", tt.pod.Name, st.Code(), st.Message(), tt.code, tt.want)
+		}
+	}
+	// A claim held by a live pod refuses a second pod.
+	holder := gpuPod("holder", "ok")
+	if _, st, _ := e.schedule(t, holder); st != nil {
+		t.Fatal(st)
+	}
+	e.p.pods.observe(holder)
+	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), gpuPod("second", "ok"), nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "GpuClaim ns/ok is held by pod ns/holder; one claim serves one pod at a time") {
+		t.Fatalf("second pod of a held claim: %v", st)
+	}
+	// Once the holder is gone, the claim is free again.
+	e.p.podGone(holder)
+	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), gpuPod("second", "ok"), nil); !st.IsSuccess() {
+		t.Fatalf("claim of a deleted pod still held: %v", st)
+	}
+}
+
+func TestPreBindLosesLeaseRace(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)},
+		claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
+	// Another scheduler holds GPU 5: its lease exists, but this scheduler has not seen it yet.
+	other := "other-pod"
+	if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-a-5", Namespace: "gpu-scheduler"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &other},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := gpuPod("p", "two")
+	_, st, _ := e.schedule(t, pod)
+	if st == nil || st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "GPU 5 on node a (lease gpu-a-5): GPU lease held by another pod") {
+		t.Fatalf("status %v, want a lost lease race", st)
+	}
+	// Unreserve released what this attempt created and left the other pod's lease alone.
+	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
+	if len(leases.Items) != 1 || leases.Items[0].Name != "gpu-a-5" || *leases.Items[0].Spec.HolderIdentity != other {
+		t.Fatalf("leases after the lost race: %+v", leases.Items)
+	}
+	if n, ids := e.p.ledger.holdsOf(pod.UID); n != "" || len(ids) != 0 {
+		t.Fatalf("ledger still holds %s %v for the pod", n, ids)
+	}
+}
+
+func TestUnreserveIsIdempotent(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	pod := gpuPod("p", "one")
+	cs := framework.NewCycleState()
+	if _, st := e.p.PreFilter(t.Context(), cs, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := e.p.Reserve(t.Context(), cs, pod, "a"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := e.p.PreBind(t.Context(), cs, pod, "a"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	e.p.Unreserve(t.Context(), cs, pod, "a")
+	e.p.Unreserve(t.Context(), cs, pod, "a")
+	e.p.Unreserve(context.Background(), framework.NewCycleState(), pod, "a") // no state at all
+	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
+	if len(leases.Items) != 0 {
+		t.Fatalf("leases left after Unreserve: %v", leases.Items)
+	}
+}
