@@ -22,8 +22,8 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 // harness builds the plugin over fake clientsets and a real framework handle, with the given

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,25 +81,29 @@ func runBatch(b *testing.B, ns string, pods, gpus int, gpu bool) batchResult {
 	}
 	before := schedulerWrites(b)
 	start := time.Now()
+	// Create concurrently, so that the rate measured is the scheduler's, not the client's.
+	work := make(chan int)
+	errs := make(chan error, pods)
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if _, err := env.kube.CoreV1().Pods(ns).Create(ctx, benchPod(i, gpus, gpu), metav1.CreateOptions{}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
 	for i := 0; i < pods; i++ {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%04d", i)},
-			Spec: corev1.PodSpec{
-				Containers:   []corev1.Container{{Name: "main", Image: "fake"}},
-				NodeSelector: map[string]string{cluster.LabelPool: "bench"},
-				Tolerations:  []corev1.Toleration{{Key: "type", Operator: corev1.TolerationOpExists}},
-			},
-		}
-		if gpu {
-			p.Spec.SchedulerName = apiv1.SchedulerName
-			p.Annotations = map[string]string{apiv1.AnnotationClaim: fmt.Sprintf("c%04d", i)}
-		} else {
-			q := *resource.NewQuantity(int64(gpus), resource.DecimalSI)
-			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{cluster.ResourceGPU: q}, Limits: corev1.ResourceList{cluster.ResourceGPU: q}}
-		}
-		if _, err := env.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
 	}
 	var last time.Time
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -120,6 +125,25 @@ func runBatch(b *testing.B, ns string, pods, gpus int, gpu bool) batchResult {
 	}
 	writes := schedulerWrites(b) - before
 	return batchResult{podsPerSec: float64(pods) / last.Sub(start).Seconds(), schedulerWritesPerPod: writes / float64(pods)}
+}
+
+func benchPod(i, gpus int, gpu bool) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%04d", i)},
+		Spec: corev1.PodSpec{
+			Containers:   []corev1.Container{{Name: "main", Image: "fake"}},
+			NodeSelector: map[string]string{cluster.LabelPool: "bench"},
+			Tolerations:  []corev1.Toleration{{Key: "type", Operator: corev1.TolerationOpExists}},
+		},
+	}
+	if gpu {
+		p.Spec.SchedulerName = apiv1.SchedulerName
+		p.Annotations = map[string]string{apiv1.AnnotationClaim: fmt.Sprintf("c%04d", i)}
+	} else {
+		q := *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{cluster.ResourceGPU: q}, Limits: corev1.ResourceList{cluster.ResourceGPU: q}}
+	}
+	return p
 }
 
 // schedulerWrites sums the apiserver's counts of the writes a scheduler makes per pod: pod
