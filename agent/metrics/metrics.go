@@ -70,5 +70,8 @@ func SetHealth(node string, id int32, h apiv1.Health) {
 
 // ForgetNode drops node's per-GPU series (fleet mode, when a node goes away).
 func ForgetNode(node string) {
+	if !GPUHealth.IsCreated() {
+		return // not registered: nothing recorded (component-base's vector is nil until then)
+	}
 	GPUHealth.DeletePartialMatch(map[string]string{"node": node})
 }

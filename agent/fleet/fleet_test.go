@@ -1,0 +1,131 @@
+package fleet_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/agent"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
+	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+func node(name, topology string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{}}}
+	if topology != "" {
+		n.Labels[apiv1.LabelTopology] = topology
+	}
+	return n
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("%s: never happened", what)
+	}
+}
+
+func TestFleet(t *testing.T) {
+	kube := fake.NewClientset(node("n1", mock.DGXA100), node("n2", mock.TwoIsland), node("n3", mock.PCIeOnly), node("n4", ""), node("n5", "no-such-topology"))
+	gpus := gpufake.NewSimpleClientset()
+	f, err := fleet.New(fleet.Config{
+		KubeClient: kube, GPUClient: gpus, LeaseNamespace: "gpu-scheduler",
+		Agent:            agent.Config{ProbeInterval: 20 * time.Millisecond, MinWriteInterval: -1, HeartbeatInterval: time.Hour},
+		EventWaitTimeout: 5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	get := func(name string) *apiv1.GpuNodeStatus {
+		st, _ := gpus.GpuV1().GpuNodeStatuses().Get(context.Background(), name, metav1.GetOptions{})
+		return st
+	}
+	healthy := map[string]int32{"n1": 8, "n2": 7, "n3": 8}
+	for name, want := range healthy {
+		eventually(t, "status of "+name, func() bool { st := get(name); return st != nil && st.Status.Total == 8 && st.Status.Healthy == want })
+	}
+	if got := f.Nodes(); !slices.Equal(got, []string{"n1", "n2", "n3"}) {
+		t.Errorf("Nodes() = %v, want the three nodes with a known topology", got)
+	}
+	if st := get("n1"); st.Status.Devices[0].BandwidthGBps != 600 || st.Status.Devices[0].Island != "nvlink-group-0" {
+		t.Errorf("n1 GPU 0: %+v", st.Status.Devices[0])
+	}
+
+	srv := httptest.NewServer(f.Handler())
+	defer srv.Close()
+	post := func(q url.Values) int {
+		resp, err := http.PostForm(srv.URL+"/fault", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		q    url.Values
+		want int
+	}{
+		{url.Values{"node": {"n1"}, "gpu": {"2"}, "fault": {"boom"}}, http.StatusBadRequest},
+		{url.Values{"node": {"n1"}, "gpu": {"x"}, "fault": {"xid79"}}, http.StatusBadRequest},
+		{url.Values{"node": {"n1"}, "gpu": {"9"}, "fault": {"xid79"}}, http.StatusBadRequest},
+		{url.Values{"node": {"n4"}, "gpu": {"0"}, "fault": {"xid79"}}, http.StatusNotFound},
+	} {
+		if got := post(tc.q); got != tc.want {
+			t.Errorf("POST /fault %v: %d, want %d", tc.q, got, tc.want)
+		}
+	}
+	eventually(t, "n1 watched", func() bool { return f.Watched("n1") })
+	if got := post(url.Values{"node": {"n1"}, "gpu": {"2"}, "fault": {"xid79"}}); got != http.StatusOK {
+		t.Fatalf("POST /fault xid79: %d", got)
+	}
+	eventually(t, "n1 GPU 2 Unhealthy", func() bool { return get("n1").Status.Healthy == 7 })
+	for _, d := range get("n1").Status.Devices {
+		if (d.ID == 2) != (d.Health == apiv1.Unhealthy) {
+			t.Errorf("n1 GPU %d is %s after a fault on GPU 2", d.ID, d.Health)
+		}
+	}
+	if err := f.InjectFault("n1", 2, mock.Fault{Kind: mock.FaultRecover}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "n1 GPU 2 Healthy again", func() bool { return get("n1").Status.Healthy == 8 })
+
+	_, err = kube.CoordinationV1().Leases("gpu-scheduler").Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-n3-0", Labels: map[string]string{apiv1.LabelLeaseNode: "n3", apiv1.LabelLeaseGPU: "0"}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-1")},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "n3 GPU 0 in use", func() bool { return get("n3").Status.Free == 7 })
+
+	if err := kube.CoreV1().Nodes().Delete(context.Background(), "n2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "n2's agent stopped", func() bool { return !slices.Contains(f.Nodes(), "n2") })
+}
