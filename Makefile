@@ -37,7 +37,7 @@ unit:
 
 ## test: everything CI runs: verify, unit tests, integration and acceptance tests
 .PHONY: test
-test: verify unit test-chart test-integration test-sim
+test: verify unit test-chart test-integration test-acceptance test-sim
 
 ## tools: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl, helm into _output/bin (only when a pin changed)
 .PHONY: tools
@@ -51,6 +51,12 @@ test-integration: tools
 	if [ -z "$$pkgs" ]; then echo "no integration tests"; exit 0; fi; \
 	echo CGO_ENABLED=1 $(GO) test -tags integration -count=1 -p 1 -timeout 30m $$pkgs; \
 	CGO_ENABLED=1 $(GO) test -tags integration -count=1 -p 1 -timeout 30m $$pkgs
+
+## test-acceptance: the godog scenarios in features/ against a real control plane (TAGS=@lease to pick some); JUnit in reports/acceptance.xml
+.PHONY: test-acceptance
+test-acceptance: tools
+	@mkdir -p reports
+	CGO_ENABLED=1 $(GO) test -v -tags acceptance -count=1 -timeout 30m ./features/ -args -godog.format=$(or $(GODOG_FORMAT),pretty) $(if $(TAGS),-godog.tags=$(TAGS))
 
 ## sim: simulate SCENARIO (default scenarios/quickstart.yaml) with gpu-scheduler and the stock kube-scheduler; table on stdout, report in reports/
 .PHONY: sim

@@ -1,0 +1,59 @@
+@lease
+Feature: GPU leases make an allocation atomic across schedulers
+  Every allocated GPU is locked by a Lease gpu-{node}-{id} in the gpu-scheduler namespace,
+  held by the pod's UID. Whoever creates the lease first owns the GPU, so two schedulers (or
+  one that restarts) never hand out the same GPU twice.
+
+  Background:
+    Given a cluster of 2 "two-island" nodes
+
+  Scenario: Two schedulers race for the same free GPUs
+    The two nodes have 14 healthy GPUs (GPU 7 of a two-island box is unhealthy).
+    Given a second gpu-scheduler is running
+    When 16 pods each claim 1 GPU
+    Then 14 of them are bound and 2 stay pending
+    And no GPU is held twice
+
+  Scenario: A lease held by a live pod is never taken over
+    Given a second gpu-scheduler is running
+    And pod "holder" claims 4 GPUs
+    And pod "holder" is bound
+    When 12 pods each claim 1 GPU
+    Then 10 of them are bound and 2 stay pending
+    And the leases of pod "holder" are unchanged
+    And no GPU is held twice
+
+  Scenario: A scheduler that crashes mid-run rebuilds its state from the leases
+    When 8 pods each claim 1 GPU
+    And the gpu-scheduler is killed as soon as 1 of them is bound
+    And 8 more pods each claim 1 GPU
+    And a new gpu-scheduler is started
+    Then 14 of them are bound and 2 stay pending
+    And no GPU is held twice
+
+  Scenario: A restarted scheduler keeps the GPUs of running pods
+    Given pod "holder" claims 4 GPUs
+    And pod "holder" is bound
+    When the gpu-scheduler is restarted
+    And 12 pods each claim 1 GPU
+    Then 10 of them are bound and 2 stay pending
+    And the leases of pod "holder" are unchanged
+    And no GPU is held twice
+
+  Scenario: Shared pods share a GPU, and an Exclusive pod never joins them
+    One healthy GPU is left free for the Shared pods.
+    Given pod "exclusive-a" claims 7 GPUs
+    And pod "exclusive-b" claims 6 GPUs
+    And pods "exclusive-a" and "exclusive-b" are bound
+    When pod "shared-a" claims:
+      """yaml
+      devices: {count: 1, exclusivity: Shared}
+      """
+    And pod "shared-b" claims:
+      """yaml
+      devices: {count: 1, exclusivity: Shared}
+      """
+    Then pods "shared-a" and "shared-b" are bound
+    And no GPU is held twice
+    When pod "late" claims 1 GPU
+    Then pod "late" is pending: "no node has 1 healthy free GPUs for GpuClaim {namespace}/late"
