@@ -17,7 +17,10 @@ CGO_ENABLED=1 go vet ./...
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents {} "$scratch/"
-(cd "$scratch" && mkdir -p _output && ln -s "$root/_output/bin" _output/bin 2>/dev/null || true; bash hack/update-codegen.sh >/dev/null)
+# The scratch copy shares _output/bin with the tree, so the generators are built only once.
+mkdir -p "$root/_output/bin" "$scratch/_output"
+ln -s "$root/_output/bin" "$scratch/_output/bin"
+(cd "$scratch" && bash hack/update-codegen.sh >/dev/null)
 for d in api charts/gpu-scheduler/crds; do
 	if ! diff -r "$root/$d" "$scratch/$d" >/dev/null; then
 		echo "generated code in $d is stale: run 'make generate' and commit the result" >&2
