@@ -13,6 +13,7 @@ Feature: GPU leases make an allocation atomic across schedulers
     When 16 pods each claim 1 GPU
     Then 14 of them are bound and 2 stay pending
     And no GPU is held twice
+    And the agents report the leased GPUs in use
 
   Scenario: A lease held by a live pod is never taken over
     Given a second gpu-scheduler is running
@@ -55,5 +56,6 @@ Feature: GPU leases make an allocation atomic across schedulers
       """
     Then pods "shared-a" and "shared-b" are bound
     And no GPU is held twice
+    And the agents report the leased GPUs in use
     When pod "late" claims 1 GPU
     Then pod "late" is pending: "no node has 1 healthy free GPUs for GpuClaim {namespace}/late"

@@ -3,6 +3,7 @@ package features
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -22,6 +23,7 @@ func registerLeaseSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^a new gpu-scheduler is started$`, startScheduler)
 	sc.Step(`^the gpu-scheduler is restarted$`, restartScheduler)
 	sc.Step(`^no GPU is held twice$`, noGPUHeldTwice)
+	sc.Step(`^the agents report the leased GPUs in use$`, agentsReportLeases)
 	sc.Step(`^the leases of pod "([^"]*)" are unchanged$`, leasesUnchanged)
 }
 
@@ -188,6 +190,42 @@ func claimOfPod(pods []corev1.Pod, name string) string {
 		}
 	}
 	return ""
+}
+
+// agentsReportLeases waits until every scenario node's GpuNodeStatus says, GPU by GPU, that
+// exactly the pods holding its lease use it: the agents read the leases, so their view of
+// which GPUs are taken agrees with the lock.
+func agentsReportLeases(ctx context.Context) error {
+	st := state(ctx)
+	return eventually(ctx, waitBound, "the agents' inUseBy agrees with the GPU leases", func(ctx context.Context) (bool, string, error) {
+		leases, err := st.nodeLeases(ctx)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		want := map[string][]string{} // node/id -> holders
+		for i := range leases {
+			l := &leases[i]
+			hs := slices.Clone(holders(l))
+			slices.Sort(hs)
+			want[l.Labels[apiv1.LabelLeaseNode]+"/"+l.Labels[apiv1.LabelLeaseGPU]] = hs
+		}
+		var problems []string
+		for _, node := range st.nodes {
+			g, err := st.suite.gpu.GpuV1().GpuNodeStatuses().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			for _, d := range g.Status.Devices {
+				gpu := fmt.Sprintf("%s/%d", node, d.ID)
+				got := slices.Clone(d.InUseBy)
+				slices.Sort(got)
+				if !slices.Equal(got, want[gpu]) {
+					problems = append(problems, fmt.Sprintf("GPU %s: the agent reports inUseBy %v, the lease says %v", gpu, got, want[gpu]))
+				}
+			}
+		}
+		return len(problems) == 0, strings.Join(problems, "\n"), nil
+	})
 }
 
 // rememberLeases notes the leases a bound pod holds, to tell later whether they were ever

@@ -11,6 +11,7 @@ Feature: A claim serves one pod at a time and is freed when the pod goes away
     And pod "job" is bound
     When pod "job" goes away by being <how>
     Then the GPU leases of pod "job" are released
+    And the agents report the leased GPUs in use
     And GpuClaim "job" is Pending with message "pod job went away; the claim is free for another pod"
     When pod "again" is created with claim "job"
     Then pod "again" is bound

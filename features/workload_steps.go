@@ -318,7 +318,14 @@ func batchOutcome(ctx context.Context, bound, pending int) error {
 		if nb > bound {
 			return false, "", fmt.Errorf("%d pods are bound, more than the %d GPUs allow:\n%s", nb, bound, strings.Join(lines, "\n"))
 		}
-		return nb == bound && np == pending, fmt.Sprintf("%d bound, %d unschedulable:\n%s", nb, np, strings.Join(lines, "\n")), nil
+		done := nb == bound && np == pending
+		observed := fmt.Sprintf("%d bound, %d unschedulable:\n%s", nb, np, strings.Join(lines, "\n"))
+		if !done {
+			if leases, err := st.nodeLeases(ctx); err == nil {
+				observed += "\nGPU leases:\n" + describeLeases(leases)
+			}
+		}
+		return done, observed, nil
 	})
 	if err != nil {
 		return err
