@@ -56,6 +56,7 @@ func TestAcceptance(t *testing.T) {
 			Paths:          []string{"."},
 			Tags:           *tags,
 			Strict:         true,
+			NoColors:       !terminal(os.Stdout),
 			Concurrency:    1,
 			TestingT:       t,
 			DefaultContext: ctx,
@@ -65,4 +66,10 @@ func TestAcceptance(t *testing.T) {
 		t.Errorf("acceptance scenarios failed (exit status %d); see the descriptions above and reports/acceptance.xml", code)
 	}
 	t.Logf("acceptance suite took %s", time.Since(began).Round(time.Second))
+}
+
+// terminal reports whether f is a terminal; CI logs get no colour codes.
+func terminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
