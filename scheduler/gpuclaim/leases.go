@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
 // holderIndex indexes GPU leases by the UIDs of the pods they name.
@@ -124,6 +125,9 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 			return taken, err
 		}
 		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) && p.takeOverStale(ctx, l.Name) {
+			_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+		}
 		switch {
 		case err == nil:
 			taken = append(taken, l.Name)
@@ -139,6 +143,35 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 		taken = append(taken, l.Name)
 	}
 	return taken, nil
+}
+
+// takeOverStale deletes a lease whose every holder is a pod this scheduler saw go away, so
+// that a GPU freed by a deleted or finished pod can be locked again at once instead of after
+// the release queue gets to it. The delete is conditional on the lease not having changed
+// since it was read. It reports whether the lease is gone.
+func (p *Plugin) takeOverStale(ctx context.Context, name string) bool {
+	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
+	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	ref, ok := parseLease(cur)
+	if !ok || len(ref.holders) == 0 {
+		return false
+	}
+	for _, h := range ref.holders {
+		if !p.pods.wasDeleted(h) {
+			return false
+		}
+	}
+	err = leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion}})
+	if err == nil {
+		metrics.LeasesReleased.Inc()
+	}
+	return err == nil || apierrors.IsNotFound(err)
 }
 
 // joinShared adds a pod to an existing shared lease.

@@ -241,7 +241,8 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 	}
 	pod := gpuPod("p", "two")
 	_, st, _ := e.schedule(t, pod)
-	if st == nil || st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "GPU 5 on node a (lease gpu-a-5): GPU lease held by another pod") {
+	// An error, so the pod is retried after backoff rather than waiting for an event.
+	if st == nil || st.Code() != fwk.Error || !strings.Contains(st.Message(), "GPU 5 on node a (lease gpu-a-5): GPU lease held by another pod") {
 		t.Fatalf("status %v, want a lost lease race", st)
 	}
 	// Unreserve released what this attempt created and left the other pod's lease alone.
@@ -273,5 +274,29 @@ func TestUnreserveIsIdempotent(t *testing.T) {
 	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
 	if len(leases.Items) != 0 {
 		t.Fatalf("leases left after Unreserve: %v", leases.Items)
+	}
+}
+
+func TestPreBindTakesOverLeaseOfDeletedPod(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)},
+		claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
+	// The pod that held GPU 5 was deleted; its lease is not released yet.
+	dead := gpuPod("dead", "")
+	if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-a-5", Namespace: "gpu-scheduler", Labels: map[string]string{apiv1.LabelLeaseNode: "a", apiv1.LabelLeaseGPU: "5"}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptrTo(string(dead.UID))},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Only the tracker learns of the deletion: the release queue is left out, because the fake
+	// clientset ignores delete preconditions and a racing release could remove the new lease.
+	e.p.pods.gone(dead.UID)
+	pod := gpuPod("p", "two")
+	if _, st, _ := e.schedule(t, pod); st != nil {
+		t.Fatalf("status %v; the lease of a deleted pod should be taken over", st)
+	}
+	l, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Get(t.Context(), "gpu-a-5", metav1.GetOptions{})
+	if err != nil || *l.Spec.HolderIdentity != string(pod.UID) {
+		t.Fatalf("lease gpu-a-5 = %+v, %v; want it held by the new pod", l, err)
 	}
 }

@@ -2,6 +2,7 @@ package gpuclaim
 
 import (
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,13 +16,30 @@ type podInfo struct {
 }
 
 // podTracker knows every live (not finished) pod by UID, from the scheduler's pod informer;
-// it tells whether a claim's holder or a lease's holder still exists.
+// it tells whether a claim's holder or a lease's holder still exists. It also remembers the
+// UIDs of pods it saw go away: a UID never comes back, so a lease naming one is certainly
+// stale and may be taken over at once (see acquire), whereas a UID it has never seen may
+// belong to a pod another scheduler just bound and this informer has not caught up with.
 type podTracker struct {
-	mu   sync.RWMutex
-	pods map[types.UID]podInfo
+	mu      sync.RWMutex
+	pods    map[types.UID]podInfo
+	deleted map[types.UID]time.Time
 }
 
-func newPodTracker() *podTracker { return &podTracker{pods: map[types.UID]podInfo{}} }
+// deletedMemory is how long gone pods are remembered: longer than any lease release takes.
+const deletedMemory = 15 * time.Minute
+
+func newPodTracker() *podTracker {
+	return &podTracker{pods: map[types.UID]podInfo{}, deleted: map[types.UID]time.Time{}}
+}
+
+// wasDeleted reports whether the pod was seen going away.
+func (t *podTracker) wasDeleted(uid types.UID) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	_, ok := t.deleted[uid]
+	return ok
+}
 
 func (t *podTracker) observe(pod *v1.Pod) {
 	t.mu.Lock()
@@ -30,9 +48,18 @@ func (t *podTracker) observe(pod *v1.Pod) {
 }
 
 func (t *podTracker) gone(uid types.UID) {
+	now := time.Now()
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	delete(t.pods, uid)
-	t.mu.Unlock()
+	t.deleted[uid] = now
+	if len(t.deleted)%1024 == 0 {
+		for u, at := range t.deleted {
+			if now.Sub(at) > deletedMemory {
+				delete(t.deleted, u)
+			}
+		}
+	}
 }
 
 func (t *podTracker) get(uid types.UID) (podInfo, bool) {

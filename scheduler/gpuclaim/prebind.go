@@ -40,9 +40,11 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	taken, err := p.acquire(ctx, pod, nodeName, s.ids, shared)
 	s.leases = taken
 	if errors.Is(err, errLeaseConflict) {
+		// An error, not Unschedulable: the pod goes to the backoff queue and is retried in a
+		// second or so, whereas an Unschedulable pod would wait for a cluster event.
 		metrics.LeaseConflicts.Inc()
 		klog.FromContext(ctx).V(2).Info("Lost a GPU lease race; will retry", "pod", klog.KObj(pod), "node", nodeName, "err", err)
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("GpuClaim %s: %v", s.key, err))
+		return fwk.AsStatus(fmt.Errorf("GpuClaim %s: %w", s.key, err))
 	}
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("locking GPUs %v on node %s for pod %s/%s: %w", s.ids, nodeName, pod.Namespace, pod.Name, err))

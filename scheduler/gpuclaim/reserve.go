@@ -25,7 +25,8 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	res, err := p.ledger.reserve(pod.UID, s.key, nodeName, s.req)
 	var unfit *allocator.Unfit
 	if errors.As(err, &unfit) {
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("GPUs on node %s were taken meanwhile: %s", nodeName, unfit.Reason))
+		// The ledger changed between Filter and Reserve: retry after backoff, not after an event.
+		return fwk.AsStatus(fmt.Errorf("GPUs on node %s were taken meanwhile: %s", nodeName, unfit.Reason))
 	}
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("reserving GPUs on node %s for pod %s/%s: %w", nodeName, pod.Namespace, pod.Name, err))
