@@ -290,7 +290,9 @@ func TestPreBindTakesOverLeaseOfDeletedPod(t *testing.T) {
 	}
 	// Only the tracker learns of the deletion: the release queue is left out, because the fake
 	// clientset ignores delete preconditions and a racing release could remove the new lease.
+	eventuallyTrue(t, func() bool { n, ids := e.p.ledger.holdsOf(dead.UID); return n == "a" && len(ids) == 1 })
 	e.p.pods.gone(dead.UID)
+	e.p.ledger.forget(dead.UID)
 	pod := gpuPod("p", "two")
 	if _, st, _ := e.schedule(t, pod); st != nil {
 		t.Fatalf("status %v; the lease of a deleted pod should be taken over", st)
