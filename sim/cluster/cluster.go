@@ -226,16 +226,22 @@ func (c *Cluster) makeWorkDir() error {
 	return os.MkdirAll(filepath.Join(c.workDir, "logs"), 0o700)
 }
 
-// startComponent starts one binary from BinDir and records it in the state file at once, so
-// that even a start interrupted half-way can be cleaned up by PID.
+// startComponent starts one binary from BinDir (see launch).
 func (c *Cluster) startComponent(name, binary string, args []string) (*process, error) {
-	env := []string{"HOME=" + c.workDir} // keep tools from reading or writing the user's ~/.kube, ~/.kwok
-	p, err := startProcess(c.spawner, name, filepath.Join(c.binDir, binary), args, env, c.workDir,
+	return c.launch(name, filepath.Join(c.binDir, binary), args, nil)
+}
+
+// launch starts a process under the cluster's management and records it in the state file at
+// once, so that even a start interrupted half-way can be cleaned up by PID. HOME points at the
+// work dir, which keeps tools from reading or writing the user's ~/.kube or ~/.kwok.
+func (c *Cluster) launch(name, path string, args, env []string) (*process, error) {
+	env = append([]string{"HOME=" + c.workDir}, env...)
+	p, err := startProcess(c.spawner, name, path, args, env, c.workDir,
 		filepath.Join(c.workDir, "logs", name+".log"))
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", c.cfg.Name, err)
 	}
-	klog.Background().V(2).Info("Started component", "cluster", c.cfg.Name, "component", name, "pid", p.pid)
+	klog.Background().V(2).Info("Started process", "cluster", c.cfg.Name, "name", name, "pid", p.pid)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.processes = append(c.processes, p)

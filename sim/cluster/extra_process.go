@@ -6,7 +6,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/klog/v2"
 )
 
 // Process is a program the caller started beside the control plane (the gpu-scheduler, the
@@ -23,20 +22,11 @@ func (c *Cluster) StartProcess(name, path string, args, env []string) (*Process,
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: resolving %s: %w", c.cfg.Name, path, err)
 	}
-	env = append([]string{"HOME=" + c.workDir}, env...)
-	p, err := startProcess(c.spawner, name, abs, args, env, c.workDir, filepath.Join(c.workDir, "logs", name+".log"))
-	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %w", c.cfg.Name, err)
+	p, err := c.launch(name, abs, args, env)
+	if p == nil {
+		return nil, err
 	}
-	klog.Background().V(2).Info("Started process", "cluster", c.cfg.Name, "name", name, "pid", p.pid)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.processes = append(c.processes, p)
-	c.state.Processes = append(c.state.Processes, ProcessRecord{Name: name, PID: p.pid, StartTime: p.startTime, Log: p.logPath})
-	if err := writeState(&c.state); err != nil {
-		return &Process{p: p}, err
-	}
-	return &Process{p: p}, nil
+	return &Process{p: p}, err
 }
 
 // PID is the process ID.
