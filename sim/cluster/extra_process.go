@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
-
 )
 
 // Process is a program the caller started beside the control plane (the gpu-scheduler, the
