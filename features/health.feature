@@ -22,6 +22,20 @@ Feature: Only healthy GPUs are allocated
     Then 7 of them are bound and 1 stay pending
     And no pod is bound to GPU 3 of node 0
 
+  Scenario: A pending claim lands on another node, never on a GPU that failed meanwhile
+    Given a cluster of 1 "dgx-a100" node
+    And pod "holder" claims 7 GPUs
+    And pod "holder" is bound to GPUs "0,1,2,3,4,5,6"
+    And pod "waiting" claims 2 GPUs
+    And pod "waiting" is pending: "no node has 2 healthy free GPUs for GpuClaim {namespace}/waiting"
+    When GPU 7 of node 0 fails with "xid79"
+    And GPU 7 of node 0 is reported Unhealthy
+    And 1 "dgx-a100" node joins the cluster
+    Then pod "waiting" is bound to node 1
+    When pod "late" claims 1 GPU
+    Then pod "late" is bound to node 1
+    And no pod is bound to GPU 7 of node 0
+
   Scenario: A GPU that recovers is allocatable again
     Given a cluster of 1 "dgx-h100" node
     And GPU 5 of node 0 fails with "dbe"

@@ -19,6 +19,7 @@ import (
 // Steps that make the scenario's nodes and look at the islands of an allocation.
 func registerTopologySteps(sc *godog.ScenarioContext) {
 	sc.Step(`^a cluster of (\d+) "([^"]*)" nodes?$`, clusterOf)
+	sc.Step(`^(\d+) "([^"]*)" nodes? joins? the cluster$`, clusterOf)
 	sc.Step(`^(\d+) "([^"]*)" nodes? labelled "([^"]*)"$`, nodesLabelled)
 	sc.Step(`^the GPUs of pod "([^"]*)" lie in one island$`, inOneIsland)
 	sc.Step(`^the GPUs of pod "([^"]*)" span (\d+) islands$`, spanIslands)
