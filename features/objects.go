@@ -53,6 +53,8 @@ func (st *scenario) createClaim(ctx context.Context, name string, spec apiv1.Gpu
 type podOptions struct {
 	// containers are the container names; one "main" container when empty.
 	containers []string
+	// initContainers are the init container names.
+	initContainers []string
 	// runFor makes the pod complete (Succeeded) that long after it starts ("5s").
 	runFor string
 	// annotations are added to the pod.
@@ -70,14 +72,18 @@ func (st *scenario) newPod(name, claim string, o podOptions) *corev1.Pod {
 	if len(names) == 0 {
 		names = []string{"main"}
 	}
-	var containers []corev1.Container
+	var containers, inits []corev1.Container
 	for _, n := range names {
 		containers = append(containers, corev1.Container{Name: n, Image: "registry.example/cuda:fake"})
+	}
+	for _, n := range o.initContainers {
+		inits = append(inits, corev1.Container{Name: n, Image: "registry.example/cuda:fake"})
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns, Annotations: ann},
 		Spec: corev1.PodSpec{
 			SchedulerName:                 apiv1.SchedulerName,
+			InitContainers:                inits,
 			Containers:                    containers,
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			// kwok nodes are tainted the way kwokctl taints them.

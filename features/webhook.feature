@@ -8,7 +8,7 @@ Feature: The admission webhook points containers at their GPUs and guards the al
     Given a cluster of 1 "dgx-h100" node
 
   Scenario: Every container sees the GPUs allocated to its pod
-    When pod "trainer" with containers "main, sidecar" claims 3 GPUs
+    When pod "trainer" with init container "fetch-weights" and containers "main, sidecar" claims 3 GPUs
     Then pod "trainer" is bound to GPUs "0,1,2"
     And every container of pod "trainer" sees CUDA_VISIBLE_DEVICES "0,1,2"
 

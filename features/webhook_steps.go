@@ -24,17 +24,27 @@ import (
 // Steps about the admission webhook: the visible-devices variables and the allocation guard.
 func registerWebhookSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^pod "([^"]*)" with containers "([^"]*)" claims (\d+) GPUs?$`, podWithContainers)
+	sc.Step(`^pod "([^"]*)" with init container "([^"]*)" and containers "([^"]*)" claims (\d+) GPUs?$`, podWithInitContainers)
 	sc.Step(`^every container of pod "([^"]*)" sees CUDA_VISIBLE_DEVICES "([^"]*)"$`, containersSee)
 	sc.Step(`^creating pod "([^"]*)" with annotation "([^"]*)" set to "([^"]*)" is refused:$`, createForgedRefused)
 	sc.Step(`^user "([^"]*)" setting annotation "([^"]*)" of pod "([^"]*)" to "([^"]*)" is refused:$`, userPatchRefused)
 }
 
 func podWithContainers(ctx context.Context, name, containers string, gpus int) error {
-	var names []string
-	for _, c := range strings.Split(containers, ",") {
-		names = append(names, strings.TrimSpace(c))
+	return state(ctx).claimAndPod(ctx, name, countSpec(gpus), podOptions{containers: names(containers)})
+}
+
+func podWithInitContainers(ctx context.Context, name, inits, containers string, gpus int) error {
+	return state(ctx).claimAndPod(ctx, name, countSpec(gpus), podOptions{initContainers: names(inits), containers: names(containers)})
+}
+
+// names splits "a, b" into its names.
+func names(list string) []string {
+	var out []string
+	for _, c := range strings.Split(list, ",") {
+		out = append(out, strings.TrimSpace(c))
 	}
-	return state(ctx).claimAndPod(ctx, name, countSpec(gpus), podOptions{containers: names})
+	return out
 }
 
 // containersSee resolves each container's CUDA_VISIBLE_DEVICES the way the kubelet does (a
