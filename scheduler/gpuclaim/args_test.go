@@ -48,7 +48,7 @@ func TestShippedConfigDecodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *a.LeaseNamespace != "gpu-scheduler" || *a.NodeStrategy != "binpack" || *a.StatusFreshnessSeconds != 600 || *a.OrphanLeaseGraceSeconds != 120 || !*a.RecordReservedPhase {
+	if *a.LeaseNamespace != "gpu-scheduler" || *a.NodeStrategy != "binpack" || *a.StatusFreshnessSeconds != 600 || *a.OrphanLeaseGraceSeconds != 120 || *a.RecordReservedPhase {
 		t.Fatalf("decoded args %+v", a)
 	}
 	if bind := found.Plugins.Bind.Enabled; len(bind) < 2 || bind[0].Name != Name {
