@@ -20,7 +20,13 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
+
+// mockTopology is the agent's mock topology of every worker (agent/mock: GPUs 0-3 and 4-7 in
+// two NVLink islands).
+const mockTopology = "two-island"
 
 func main() {
 	opts := defaultOptions()
@@ -49,6 +55,8 @@ type options struct {
 	Namespace     string
 	KeepCluster   bool
 	Timeout       time.Duration
+	// MockAgents is "fleet" (build and run cmd/gpu-agent --fleet) or "static".
+	MockAgents string
 }
 
 func defaultOptions() options {
@@ -62,6 +70,7 @@ func defaultOptions() options {
 		Chart:         "charts/gpu-scheduler",
 		Namespace:     "gpu-scheduler",
 		Timeout:       20 * time.Minute,
+		MockAgents:    "fleet",
 	}
 }
 
@@ -76,6 +85,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "release namespace")
 	fs.BoolVar(&o.KeepCluster, "keep-cluster", o.KeepCluster, "leave the cluster running afterwards (delete it with kind delete cluster --name ...)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on the whole run")
+	fs.StringVar(&o.MockAgents, "mock-agents", o.MockAgents, "who reports the workers' mock GPUs: fleet (cmd/gpu-agent --fleet, built here with cgo) or static (this program)")
 }
 
 func (o options) validate() error {
@@ -86,6 +96,8 @@ func (o options) validate() error {
 		return fmt.Errorf("--cluster-name, --image-registry and --image-tag must not be empty")
 	case o.Timeout <= 0:
 		return fmt.Errorf("--timeout %s must be positive", o.Timeout)
+	case o.MockAgents != "fleet" && o.MockAgents != "static":
+		return fmt.Errorf("--mock-agents %q: want fleet or static", o.MockAgents)
 	}
 	return nil
 }
@@ -120,11 +132,16 @@ func (o options) helmInstallArgs(kubeconfig string) []string {
 }
 
 // kindConfig is the cluster: one control plane and the workers, labelled as GPU feature
-// discovery would label GPU nodes.
+// discovery would label GPU nodes, and with the mock topology the fleet agent simulates.
 func (o options) kindConfig() []byte {
 	cfg := "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnodes:\n- role: control-plane\n"
 	for i := 0; i < o.Workers; i++ {
-		cfg += "- role: worker\n  labels:\n    nvidia.com/gpu.present: \"true\"\n"
+		cfg += "- role: worker\n  labels:\n    nvidia.com/gpu.present: \"true\"\n    " + apiv1.LabelTopology + ": " + mockTopology + "\n"
 	}
 	return []byte(cfg)
+}
+
+// fleetArgs runs the agent over mock NVML for every worker, against the cluster's leases.
+func (o options) fleetArgs(kubeconfig string) []string {
+	return []string{"--fleet", "--kubeconfig", kubeconfig, "--lease-namespace", o.Namespace, "--listen-address", "127.0.0.1:0"}
 }

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
@@ -26,8 +27,8 @@ func TestKindConfig(t *testing.T) {
 		t.Fatalf("kind config %+v, want a v1alpha4 Cluster with 4 nodes", cfg)
 	}
 	for i, n := range cfg.Nodes[1:] {
-		if n.Role != v1alpha4.WorkerRole || n.Labels[gpuNodeLabel] != "true" {
-			t.Errorf("worker %d: %+v, want a worker labelled %s=true", i, n, gpuNodeLabel)
+		if n.Role != v1alpha4.WorkerRole || n.Labels[gpuNodeLabel] != "true" || n.Labels[apiv1.LabelTopology] != mockTopology {
+			t.Errorf("worker %d: %+v, want a worker labelled %s=true and %s=%s", i, n, gpuNodeLabel, apiv1.LabelTopology, mockTopology)
 		}
 	}
 	if cfg.Nodes[0].Role != v1alpha4.ControlPlaneRole || len(cfg.Nodes[0].Labels) != 0 {
@@ -40,9 +41,10 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	for name, mutate := range map[string]func(*options){
-		"no workers": func(o *options) { o.Workers = 0 },
-		"no tag":     func(o *options) { o.ImageTag = "" },
-		"no timeout": func(o *options) { o.Timeout = 0 },
+		"no workers":  func(o *options) { o.Workers = 0 },
+		"no tag":      func(o *options) { o.ImageTag = "" },
+		"no timeout":  func(o *options) { o.Timeout = 0 },
+		"mock agents": func(o *options) { o.MockAgents = "real" },
 	} {
 		o := defaultOptions()
 		mutate(&o)
@@ -120,5 +122,19 @@ func TestMockStatusKeepsInUseBy(t *testing.T) {
 	}
 	if st.Devices[0].Island == st.Devices[4].Island {
 		t.Errorf("GPUs 0 and 4 share island %q; the two-island box has two", st.Devices[0].Island)
+	}
+}
+
+// The topology the workers carry is one the agent's mock NVML knows, and the fleet agent gets
+// the release's lease namespace.
+func TestFleetAgent(t *testing.T) {
+	if !slices.Contains(mock.Names(), mockTopology) {
+		t.Errorf("agent/mock has no topology %q", mockTopology)
+	}
+	o := defaultOptions()
+	o.Namespace = "gpu-system"
+	args := strings.Join(o.fleetArgs("/tmp/kc"), " ")
+	if !strings.Contains(args, "--fleet") || !strings.Contains(args, "--lease-namespace gpu-system") || !strings.Contains(args, "--kubeconfig /tmp/kc") {
+		t.Errorf("fleet args %q", args)
 	}
 }

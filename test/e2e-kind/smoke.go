@@ -92,7 +92,43 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	s := &smoke{o: o, kube: kubernetes.NewForConfigOrDie(cfg), gpu: versioned.NewForConfigOrDie(cfg)}
+	if o.MockAgents == "fleet" {
+		stop, err := startFleet(ctx, o, kubeconfigPath, dir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return s.run(ctx)
+}
+
+// startFleet builds cmd/gpu-agent and runs it in fleet mode against the kind cluster: one agent
+// over mock NVML per worker, the same code a GPU node runs over the real NVML.
+func startFleet(ctx context.Context, o options, kubeconfig, dir string) (func(), error) {
+	bin := filepath.Join(dir, "gpu-agent")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/gpu-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building gpu-agent (needs gcc; or use --mock-agents=static): %w\n%s", err, out)
+	}
+	step("starting gpu-agent --fleet")
+	agentCtx, cancel := context.WithCancel(ctx)
+	agent := exec.CommandContext(agentCtx, bin, o.fleetArgs(kubeconfig)...)
+	log, err := os.Create(filepath.Join(dir, "gpu-agent.log"))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	agent.Stdout, agent.Stderr = log, log
+	if err := agent.Start(); err != nil {
+		cancel()
+		return nil, fmt.Errorf("starting gpu-agent: %w", err)
+	}
+	return func() {
+		cancel()
+		_ = agent.Wait()
+		_ = log.Close()
+	}, nil
 }
 
 func step(format string, args ...any) {
@@ -114,14 +150,42 @@ func (s *smoke) run(ctx context.Context) error {
 	if len(nodes.Items) == 0 {
 		return fmt.Errorf("no node labelled %s=true", gpuNodeLabel)
 	}
-	// The mock agents: one status per worker, refreshed well inside the scheduler's freshness window.
-	agentsCtx, stopAgents := context.WithCancel(ctx)
-	defer stopAgents()
-	for _, n := range nodes.Items {
+	if s.o.MockAgents == "fleet" {
+		if err := s.waitStatuses(ctx, nodes.Items); err != nil {
+			return err
+		}
+	} else if err := s.startStaticAgents(ctx, nodes.Items); err != nil {
+		return err
+	}
+	return s.runPod(ctx)
+}
+
+// waitStatuses waits until every worker has a GpuNodeStatus with devices.
+func (s *smoke) waitStatuses(ctx context.Context, nodes []corev1.Node) error {
+	step("waiting for the fleet agent's GpuNodeStatus of %d workers", len(nodes))
+	return wait.PollUntilContextTimeout(ctx, 2*time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, n := range nodes {
+			st, err := s.gpu.GpuV1().GpuNodeStatuses().Get(ctx, n.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || err == nil && len(st.Status.Devices) == 0 {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+}
+
+// startStaticAgents writes one status per worker, refreshed well inside the scheduler's
+// freshness window, until ctx ends.
+func (s *smoke) startStaticAgents(ctx context.Context, nodes []corev1.Node) error {
+	for _, n := range nodes {
 		if err := s.publish(ctx, n.Name); err != nil {
 			return err
 		}
 	}
+	agentsCtx := ctx // the caller's run bounds the goroutine
 	go func() {
 		t := time.NewTicker(30 * time.Second)
 		defer t.Stop()
@@ -130,7 +194,7 @@ func (s *smoke) run(ctx context.Context) error {
 			case <-agentsCtx.Done():
 				return
 			case <-t.C:
-				for _, n := range nodes.Items {
+				for _, n := range nodes {
 					if err := s.publish(agentsCtx, n.Name); err != nil && agentsCtx.Err() == nil {
 						fmt.Fprintln(os.Stderr, "e2e-kind: mock agent:", err)
 					}
@@ -138,7 +202,11 @@ func (s *smoke) run(ctx context.Context) error {
 			}
 		}
 	}()
+	return nil
+}
 
+// runPod runs a pod on a two-GPU claim and checks what it got.
+func (s *smoke) runPod(ctx context.Context) error {
 	const ns = "gpu-smoke"
 	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -161,7 +229,7 @@ func (s *smoke) run(ctx context.Context) error {
 		return fmt.Errorf("creating the GPU pod: %w", err)
 	}
 	var done *corev1.Pod
-	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := s.kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
