@@ -172,7 +172,7 @@ func leaseNames(ls []coordinationv1.Lease) []string {
 }
 
 // describe prints what a failed scenario leaves behind: its pods, claims, GPU leases and
-// GpuNodeStatuses, and the end of the shared scheduler's log.
+// GpuNodeStatuses, and the end of the schedulers' logs.
 func (st *scenario) describe(ctx context.Context) string {
 	var b strings.Builder
 	s := st.suite
@@ -207,6 +207,9 @@ func (st *scenario) describe(ctx context.Context) string {
 	}
 	if sched := s.Scheduler(); sched != nil {
 		fmt.Fprintf(&b, "last lines of %s:\n%s\n", sched.LogPath(), sched.LogTail(25))
+	}
+	for _, sched := range st.schedulers {
+		fmt.Fprintf(&b, "last lines of %s:\n%s\n", sched.LogPath(), sched.LogTail(15))
 	}
 	return b.String()
 }
