@@ -450,7 +450,7 @@ func TestSecureDefaults(t *testing.T) {
 			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 				t.Errorf("%s container %s: resources %+v, want cpu and memory requests and a memory limit", where, c.Name, c.Resources)
 			}
-			if c.LivenessProbe == nil && o.GetKind() == "Deployment" {
+			if c.LivenessProbe == nil {
 				t.Errorf("%s container %s has no liveness probe", where, c.Name)
 			}
 		}
