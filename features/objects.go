@@ -206,10 +206,10 @@ func (st *scenario) describe(ctx context.Context) string {
 		}
 	}
 	if sched := s.Scheduler(); sched != nil {
-		fmt.Fprintf(&b, "last lines of %s:\n%s\n", sched.LogPath(), sched.LogTail(25))
+		fmt.Fprintf(&b, "last lines of %s:\n%s\n", sched.LogPath(), logTail(sched.LogTail(200), 25))
 	}
 	for _, sched := range st.schedulers {
-		fmt.Fprintf(&b, "last lines of %s:\n%s\n", sched.LogPath(), sched.LogTail(15))
+		fmt.Fprintf(&b, "last lines of %s:\n%s\n", sched.LogPath(), logTail(sched.LogTail(200), 15))
 	}
 	return b.String()
 }
@@ -255,4 +255,26 @@ func describeNodeStatus(g *apiv1.GpuNodeStatus) string {
 		fmt.Fprintf(&b, "  GPU %d %s island=%s %dGB/s inUseBy=%v reason=%q\n", d.ID, d.Health, d.Island, d.BandwidthGBps, d.InUseBy, d.Reason)
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// logNoise marks log lines that say nothing about scheduling (the serving side's client CA
+// reloads, every few seconds at -v=2).
+var logNoise = []string{"configmap_cafile_content.go", "tlsconfig.go", "reflector.go"}
+
+// logTail keeps the last n lines of log that are not noise.
+func logTail(log string, n int) string {
+	var keep []string
+	for _, l := range strings.Split(strings.TrimRight(log, "\n"), "\n") {
+		noise := false
+		for _, m := range logNoise {
+			noise = noise || strings.Contains(l, m)
+		}
+		if !noise {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	return strings.Join(keep, "\n")
 }
