@@ -532,7 +532,7 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		t.Fatalf("the agent pod: %v (%d pods)", err, len(agentPods.Items))
 	}
 	schedCfg, schedKubeconfig := tokenConfig(t, ctx, e, schedulerSA, nil)
-	agentCfg, _ := tokenConfig(t, ctx, e, agentSA, &agentPods.Items[0])
+	agentCfg, agentKubeconfig := tokenConfig(t, ctx, e, agentSA, &agentPods.Items[0])
 	unboundAgentCfg, _ := tokenConfig(t, ctx, e, agentSA, nil)
 	webhookCfg, _ := tokenConfig(t, ctx, e, webhookSA, nil)
 	sched := kubernetes.NewForConfigOrDie(schedCfg)
@@ -691,6 +691,72 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 			}
 		}
 	})
+
+	// The agent binary with its pod-bound token and the DaemonSet's arguments. This machine has
+	// no NVML, so it reports its node's GPUs as Unknown: what matters here is that it reads the
+	// node and the leases and writes its GpuNodeStatus without being refused anything.
+	t.Run("agent binary", func(t *testing.T) {
+		before, err := e.gpu.GpuV1().GpuNodeStatuses().Get(ctx, e.gpuNode, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		proc := startAgent(t, ctx, e, agentKubeconfig)
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			if !proc.Running() {
+				return false, fmt.Errorf("gpu-agent exited")
+			}
+			st, err := e.gpu.GpuV1().GpuNodeStatuses().Get(ctx, e.gpuNode, metav1.GetOptions{})
+			return err == nil && st.ResourceVersion != before.ResourceVersion, err
+		})
+		if err != nil {
+			t.Fatalf("gpu-agent did not write GpuNodeStatus %s: %v\n%s", e.gpuNode, err, proc.LogTail(30))
+		}
+		t.Logf("agent log:\n%s", proc.LogTail(20))
+		if err := proc.Stop(10 * time.Second); err != nil {
+			t.Error(err)
+		}
+		log, err := os.ReadFile(proc.LogPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				t.Errorf("the agent was refused: %s", line)
+			}
+		}
+	})
+}
+
+// startAgent runs bin/gpu-agent with the DaemonSet's arguments, NODE_NAME as the Downward API
+// gives it, and a kubeconfig holding the agent's pod-bound token.
+func startAgent(t *testing.T, ctx context.Context, e *installEnv, kubeconfig string) *cluster.Process {
+	t.Helper()
+	bin, err := launch.Binary(ctx, "gpu-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := e.kube.AppsV1().DaemonSets(releaseNamespace).Get(ctx, agentSA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--kubeconfig=" + kubeconfig}
+	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+		a = strings.ReplaceAll(a, "$(NODE_NAME)", e.gpuNode)
+		if strings.HasPrefix(a, "--listen-address=") {
+			a = "--listen-address=127.0.0.1:" + strconv.Itoa(port)
+		}
+		args = append(args, a)
+	}
+	p, err := e.c.StartProcess("gpu-agent-chart", bin, args, []string{"NODE_NAME=" + e.gpuNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
+	return p
 }
 
 func hasEnv(p *corev1.Pod, name string) bool {
