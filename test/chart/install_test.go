@@ -126,7 +126,13 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	t.Logf("helm install:\n%s", firstLines(out, 6))
+	t.Logf("helm install:\n%s", out)
+	// NOTES.txt tells the user what to run next.
+	for _, want := range []string{"kind: GpuClaim", "gpu.scheduling/claim: two-gpus", "schedulerName: gpu-scheduler", "kubectl get gclaim -w", "kubectl get gns"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("helm install's notes lack %q", want)
+		}
+	}
 	manifest, err := runHelm(t, e.helmEnv, "get", "manifest", releaseName, "--namespace", releaseNamespace)
 	if err != nil {
 		t.Fatal(err)
@@ -175,11 +181,6 @@ func waitNodesReady(ctx context.Context, kube kubernetes.Interface, p cluster.No
 		return fmt.Errorf("node pool %s: %d of %d nodes ready: %w", p.Name, ready, p.Count, err)
 	}
 	return nil
-}
-
-func firstLines(s string, n int) string {
-	lines := strings.SplitN(s, "\n", n+1)
-	return strings.Join(lines[:min(n, len(lines))], "\n")
 }
 
 func checkCRDs(t *testing.T, ctx context.Context, e *installEnv) {
