@@ -19,6 +19,27 @@ type runOptions struct {
 	noBaseline bool
 	reports    string
 	validate   bool
+	// kubeconfig and baselineKubeconfig select existing clusters instead of fresh harness ones.
+	kubeconfig         string
+	baselineKubeconfig string
+}
+
+// runnerOptions turns the flags into the runner's options and checks their combination.
+func (o *runOptions) runnerOptions(s *scenario.Scenario) (runner.Options, error) {
+	ro := runner.Options{
+		Scenario: s, Baseline: !o.noBaseline, StartFleet: runner.StartInProcessFleet,
+		Kubeconfig: o.kubeconfig, BaselineKubeconfig: o.baselineKubeconfig,
+	}
+	for _, p := range []string{o.kubeconfig, o.baselineKubeconfig} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			return ro, fmt.Errorf("kubeconfig: %w", err)
+		}
+	}
+	_, err := ro.Targets()
+	return ro, err
 }
 
 // newRunCommand is the simulator: `gpu-sim run scenarios/quickstart.yaml`.
@@ -32,6 +53,12 @@ creates the scenario's kwok GPU nodes, starts the production agent fleet, webhoo
 gpu-scheduler, plays the workload and faults, and measures; then does the same on a fresh
 identical cluster with the stock kube-scheduler. It prints a table and writes
 reports/<scenario>-<time>/report.{json,html} with the components' logs. Ctrl-C tears down.
+
+With --kubeconfig it starts no control plane and runs against that existing cluster, which must
+run kwok (kwokctl create cluster, or gpu-sim cluster up) and a kube-scheduler and hold no GPU
+nodes of its own; it removes only what it created (its nodes, namespaces, leases, CRDs and
+webhook configurations that were not there before). The stock baseline then runs on the same
+cluster after that cleanup, or on a second cluster given with --baseline-kubeconfig.
 The exit status is 1 when an expectation of the scenario fails.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,15 +72,17 @@ The exit status is 1 when an expectation of the scenario fails.`,
 				fmt.Printf("%s is valid: %d nodes, %d GPUs, %d pods asking for %d GPUs over %s\n", args[0], nodes, gpus, sum.Pods, sum.GPUs, sum.Span)
 				return nil
 			}
+			ro, err := o.runnerOptions(s)
+			if err != nil {
+				return err
+			}
 			started := time.Now()
 			dir := filepath.Join(o.reports, s.Metadata.Name+"-"+started.Format("20060102-150405"))
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return fmt.Errorf("creating report directory %s: %w", dir, err)
 			}
-			runs, err := runner.Run(cmd.Context(), runner.Options{
-				Scenario: s, Baseline: !o.noBaseline, StartFleet: runner.StartInProcessFleet,
-				Progress: os.Stderr, LogDir: dir,
-			})
+			ro.Progress, ro.LogDir = os.Stderr, dir
+			runs, err := runner.Run(cmd.Context(), ro)
 			if err != nil {
 				return fmt.Errorf("%w (component logs in %s)", err, dir)
 			}
@@ -75,5 +104,7 @@ The exit status is 1 when an expectation of the scenario fails.`,
 	cmd.Flags().BoolVar(&o.noBaseline, "no-baseline", false, "skip the stock kube-scheduler run")
 	cmd.Flags().StringVar(&o.reports, "reports", "reports", "directory for the reports")
 	cmd.Flags().BoolVar(&o.validate, "validate", false, "only load and validate the scenario")
+	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "run against this existing cluster (it must run kwok) instead of starting a local control plane")
+	cmd.Flags().StringVar(&o.baselineKubeconfig, "baseline-kubeconfig", "", "with --kubeconfig: run the stock baseline on this second existing cluster (default: the same cluster, after cleanup)")
 	return cmd
 }

@@ -23,6 +23,7 @@ type faults struct {
 	cs        kubernetes.Interface
 	fleet     Fleet
 	stock     bool
+	external  bool // an existing cluster: its kube-scheduler is not ours to kill
 	schedOpts launch.SchedulerOptions
 	res       *RunResult
 
@@ -97,6 +98,10 @@ func (f *faults) apply(ctx context.Context, fl scenario.Fault) error {
 
 func (f *faults) restart(ctx context.Context, fl scenario.Fault) error {
 	down := fl.Down.Duration
+	if f.stock && f.external {
+		f.note("%s: scheduler restart skipped: the stock kube-scheduler belongs to the existing cluster", fl.At.Duration)
+		return nil
+	}
 	if f.stock {
 		for _, p := range f.c.Processes() {
 			if p.Name == cluster.ComponentScheduler && p.Running {

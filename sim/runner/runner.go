@@ -62,6 +62,13 @@ type Options struct {
 	Progress io.Writer
 	// LogDir, when set, receives every component's log of each run.
 	LogDir string
+	// Kubeconfig, when set, runs against that existing cluster instead of starting a harness
+	// control plane. The cluster must run kwok (kwokctl create cluster, gpu-sim cluster up) and a
+	// kube-scheduler, and hold no GPU nodes of its own. Only what the run creates is removed.
+	Kubeconfig string
+	// BaselineKubeconfig, with Kubeconfig, runs the stock baseline on that second existing
+	// cluster; without it the baseline runs on the Kubeconfig cluster after the first run's cleanup.
+	BaselineKubeconfig string
 }
 
 // RunResult is one scheduler's run.
@@ -95,13 +102,17 @@ type RunResult struct {
 
 // Run plays the scenario with the gpu-scheduler and, if asked, the stock scheduler.
 func Run(ctx context.Context, o Options) ([]*RunResult, error) {
+	targets, err := o.Targets()
+	if err != nil {
+		return nil, err
+	}
 	modes := []string{ModeGPU}
-	if o.Baseline && !o.Scenario.Spec.Baseline.Disabled {
+	if _, ok := targets[ModeStock]; ok {
 		modes = append(modes, ModeStock)
 	}
 	var out []*RunResult
 	for _, m := range modes {
-		r, err := runOne(ctx, o, m)
+		r, err := runOne(ctx, o, m, targets[m])
 		if err != nil {
 			return out, fmt.Errorf("%s run of scenario %s: %w", m, o.Scenario.Metadata.Name, err)
 		}
@@ -110,7 +121,7 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 	return out, nil
 }
 
-func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err error) {
+func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResult, err error) {
 	s := o.Scenario
 	stock := mode == ModeStock
 	logger := klog.FromContext(ctx).WithValues("mode", mode)
@@ -122,10 +133,21 @@ func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err erro
 		short = "stock"
 	}
 	bar := newProgress(o.Progress, mode)
-	bar.phase("starting the control plane")
-	c, err := cluster.Start(ctx, cluster.Config{Name: "sim-" + short, StockScheduler: stock})
-	if err != nil {
-		return nil, err
+	run := runID(short, began)
+	external := kubeconfig != ""
+	var c *cluster.Cluster
+	var own *owned
+	if external {
+		bar.phase("attaching to the cluster of " + kubeconfig)
+		if c, own, err = attach(ctx, s, "sim-"+short, kubeconfig, run); err != nil {
+			return nil, err
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("ran on the existing cluster of %s (its own kwok%s); peak RSS counts only the processes this run started and gpu-sim", kubeconfig, map[bool]string{true: " and kube-scheduler", false: ""}[stock]))
+	} else {
+		bar.phase("starting the control plane")
+		if c, err = cluster.Start(ctx, cluster.Config{Name: "sim-" + short, StockScheduler: stock}); err != nil {
+			return nil, err
+		}
 	}
 	defer func() {
 		t := time.Now()
@@ -134,6 +156,16 @@ func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err erro
 		}
 		if stopErr := c.Stop(); stopErr != nil {
 			err = errors.Join(err, stopErr)
+		}
+		if own != nil {
+			// The run's own processes are gone; remove its objects even after Ctrl-C.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+			defer cancel()
+			bar.phase("removing the run's objects from the cluster")
+			if cerr := own.cleanup(cctx, c.RESTConfig()); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+			bar.phase("")
 		}
 		res.Teardown += time.Since(t)
 	}()
@@ -164,6 +196,13 @@ func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err erro
 	nodes, _ := s.TotalNodes()
 	for _, p := range s.Spec.NodePools {
 		np := cluster.NodePool{Name: p.Name, Count: p.Count, GPUsPerNode: p.GPUsPerNode, Topology: p.Topology, Labels: p.Labels}
+		if external {
+			// Cleanup deletes exactly the nodes carrying this run's label.
+			np.Labels = map[string]string{LabelRun: run}
+			for k, v := range p.Labels {
+				np.Labels[k] = v
+			}
+		}
 		for _, t := range p.Taints {
 			np.Taints = append(np.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
 		}
@@ -172,6 +211,9 @@ func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err erro
 		}
 	}
 	if err := c.WaitNodesReady(ctx, labels.SelectorFromSet(labels.Set{cluster.LabelKwokType: "kwok"}), nodes, 5*time.Minute); err != nil {
+		if external {
+			return nil, fmt.Errorf("%w (does the cluster run kwok? make it with \"kwokctl create cluster\" or \"gpu-sim cluster up\")", err)
+		}
 		return nil, err
 	}
 	if err := waitServiceAccount(ctx, cs, ns); err != nil {
@@ -196,7 +238,6 @@ func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err erro
 		return nil, fmt.Errorf("waiting for the agent fleet to publish %d GpuNodeStatus objects (have %d): %w", nodes, rec.statusCount(), err)
 	}
 	plan := scenario.Expand(s)
-	run := runID(short, began)
 	var sched *launch.Scheduler
 	schedOpts := launch.SchedulerOptions{Name: "gpu-scheduler", LeaseNamespace: LeaseNamespace, NodeStrategy: s.Spec.Scheduler.NodeStrategy, QPS: float32(s.Spec.Scheduler.QPS)}
 	if !stock {
@@ -235,7 +276,7 @@ func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err erro
 	var wg sync.WaitGroup
 	var rssMu sync.Mutex
 	wg.Go(func() { sampleRSS(wctx, c, &rssMu, res) })
-	f := &faults{c: c, cs: cs, fleet: fleet, stock: stock, sched: sched, schedOpts: schedOpts, res: res}
+	f := &faults{c: c, cs: cs, fleet: fleet, stock: stock, external: external, sched: sched, schedOpts: schedOpts, res: res}
 	wg.Go(func() { f.play(wctx, s.Spec.Faults, rec, t0) })
 	playErr := make(chan error, 1)
 	go func() { playErr <- pl.play(wctx) }()
@@ -324,11 +365,12 @@ func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err erro
 	// Clean up and count the leases that outlive their pods.
 	t := time.Now()
 	bar.phase("deleting the workload")
-	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+	byRun := metav1.ListOptions{LabelSelector: LabelRun + "=" + run}
+	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, byRun); err != nil {
 		return nil, fmt.Errorf("deleting the workload pods in %s: %w", ns, err)
 	}
 	_ = waitFor(ctx, 2*time.Minute, func() bool {
-		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: byRun.LabelSelector, Limit: 1})
 		return err == nil && len(l.Items) == 0
 	})
 	if !stock {
@@ -341,6 +383,24 @@ func runOne(ctx context.Context, o Options, mode string) (_ *RunResult, err erro
 	res.Teardown = time.Since(t)
 	bar.phase("")
 	return res, nil
+}
+
+// attach takes an existing cluster: it checks the run can own its nodes there and records what
+// exists, so that cleanup removes only what the run creates.
+func attach(ctx context.Context, s *scenario.Scenario, name, kubeconfig, run string) (*cluster.Cluster, *owned, error) {
+	c, err := cluster.Attach(ctx, name, kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	before, err := survey(ctx, c.RESTConfig())
+	if err == nil {
+		var o owned
+		if o, err = planOwned(s, run, before, ourCRDs, webhookNames()); err == nil {
+			return c, &o, nil
+		}
+	}
+	_ = c.Stop()
+	return nil, nil, fmt.Errorf("cluster of %s: %w", kubeconfig, err)
 }
 
 // settled: every created pod is bound or ended.
