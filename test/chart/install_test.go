@@ -113,7 +113,7 @@ func TestInstall(t *testing.T) {
 		if err := c.CreateNodePool(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		if err := waitNodesReady(ctx, e.kube, p); err != nil {
+		if err := c.WaitNodesReady(ctx, cluster.PoolSelector(p.Name), p.Count, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -158,29 +158,6 @@ func TestInstall(t *testing.T) {
 			return // later steps build on this one
 		}
 	}
-}
-
-// waitNodesReady polls until the pool's nodes are schedulable. (cluster.WaitNodesReady would
-// do, but it deadlocks on return: it waits for its informer before cancelling its context.)
-func waitNodesReady(ctx context.Context, kube kubernetes.Interface, p cluster.NodePool) error {
-	ready := 0
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: cluster.PoolSelector(p.Name).String()})
-		if err != nil {
-			return false, err
-		}
-		ready = 0
-		for i := range nodes.Items {
-			if cluster.NodeSchedulable(&nodes.Items[i]) {
-				ready++
-			}
-		}
-		return ready >= p.Count, nil
-	})
-	if err != nil {
-		return fmt.Errorf("node pool %s: %d of %d nodes ready: %w", p.Name, ready, p.Count, err)
-	}
-	return nil
 }
 
 func checkCRDs(t *testing.T, ctx context.Context, e *installEnv) {
