@@ -92,17 +92,24 @@ func (p *Plugin) isSchedulableAfterNodeStatusChange(logger klog.Logger, pod *v1.
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if newS.Status.Free > oldS.Status.Free || newS.Status.Healthy > oldS.Status.Healthy || newS.Status.Total > oldS.Status.Total {
+	if p.mayHelp(oldS, newS) {
 		return fwk.Queue, nil
-	}
-	if gainedHealthy(oldS, newS) || islandsOf(newS) != islandsOf(oldS) {
-		return fwk.Queue, nil
-	}
-	if newS.Status.LastHeartbeatTime.After(oldS.Status.LastHeartbeatTime.Time) &&
-		oldS.Status.LastHeartbeatTime.Time.Before(p.clock.Now().Add(-p.freshness)) {
-		return fwk.Queue, nil // a stale node is fresh again
 	}
 	return fwk.QueueSkip, nil
+}
+
+// mayHelp reports whether a GpuNodeStatus change can make a waiting pod schedulable: more
+// free, healthy or total GPUs, a GPU turned healthy, islands or bandwidths changed, or a stale
+// node fresh again. A heartbeat alone cannot.
+func (p *Plugin) mayHelp(oldS, newS *apiv1.GpuNodeStatus) bool {
+	if newS.Status.Free > oldS.Status.Free || newS.Status.Healthy > oldS.Status.Healthy || newS.Status.Total > oldS.Status.Total {
+		return true
+	}
+	if gainedHealthy(oldS, newS) || islandsOf(newS) != islandsOf(oldS) {
+		return true
+	}
+	return newS.Status.LastHeartbeatTime.After(oldS.Status.LastHeartbeatTime.Time) &&
+		oldS.Status.LastHeartbeatTime.Time.Before(p.clock.Now().Add(-p.freshness))
 }
 
 func (p *Plugin) isSchedulableAfterClaimChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {

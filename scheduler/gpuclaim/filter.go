@@ -33,7 +33,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if !selectorMatches(s.claim, node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonSelector)
 	}
-	n, heartbeat := p.ledger.snapshot(node.Name)
+	n, heartbeat := p.ledger.snapshotFor(node.Name, pod.UID)
 	if n == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNoStatus)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
@@ -125,7 +126,7 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 			return taken, err
 		}
 		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) && p.takeOverStale(ctx, l.Name) {
+		if apierrors.IsAlreadyExists(err) && p.takeOverStale(ctx, l.Name, pod.UID) {
 			_, err = leases.Create(ctx, l, metav1.CreateOptions{})
 		}
 		switch {
@@ -145,11 +146,17 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 	return taken, nil
 }
 
-// takeOverStale deletes a lease whose every holder is a pod this scheduler saw go away, so
-// that a GPU freed by a deleted or finished pod can be locked again at once instead of after
-// the release queue gets to it. The delete is conditional on the lease not having changed
-// since it was read. It reports whether the lease is gone.
-func (p *Plugin) takeOverStale(ctx context.Context, name string) bool {
+// ownLeaseStaleAfter is how old a lease naming the very pod being scheduled must be before it
+// counts as left over from a crashed attempt: an attempt in flight (this or another scheduler
+// binding the same pod) holds its leases for a second or two, not this long.
+const ownLeaseStaleAfter = 30 * time.Second
+
+// takeOverStale deletes a lease whose every holder is a pod this scheduler saw go away, or is
+// the requesting pod itself from an attempt older than ownLeaseStaleAfter, so that such a GPU
+// can be locked again at once instead of after the release queue gets to it. The delete is
+// conditional on the lease not having changed since it was read. It reports whether the lease
+// is gone.
+func (p *Plugin) takeOverStale(ctx context.Context, name string, requester types.UID) bool {
 	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
 	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -162,8 +169,13 @@ func (p *Plugin) takeOverStale(ctx context.Context, name string) bool {
 	if !ok || len(ref.holders) == 0 {
 		return false
 	}
+	born := cur.CreationTimestamp.Time
+	if cur.Spec.AcquireTime != nil && cur.Spec.AcquireTime.After(born) {
+		born = cur.Spec.AcquireTime.Time
+	}
 	for _, h := range ref.holders {
-		if !p.pods.wasDeleted(h) {
+		ownLeftover := h == requester && !ref.shared && p.clock.Since(born) > ownLeaseStaleAfter
+		if !p.pods.wasDeleted(h) && !ownLeftover {
 			return false
 		}
 	}

@@ -254,7 +254,19 @@ func (c *ledger) snapshot(node string) (*allocator.Node, time.Time) {
 	return c.snapshotLocked(node)
 }
 
+// snapshotFor is snapshot without the holds of pod self: GPUs a pending pod still holds from an
+// attempt that crashed before binding are offered to it again.
+func (c *ledger) snapshotFor(node string, self types.UID) (*allocator.Node, time.Time) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.snapshotExcept(node, self)
+}
+
 func (c *ledger) snapshotLocked(node string) (*allocator.Node, time.Time) {
+	return c.snapshotExcept(node, "")
+}
+
+func (c *ledger) snapshotExcept(node string, self types.UID) (*allocator.Node, time.Time) {
 	e := c.nodes[node]
 	if e == nil || e.base == nil {
 		return nil, time.Time{}
@@ -263,6 +275,9 @@ func (c *ledger) snapshotLocked(node string) (*allocator.Node, time.Time) {
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
 		for uid, h := range e.holds[g.ID] {
+			if uid == self && self != "" {
+				continue
+			}
 			if h.shared {
 				g.SharedHolders++
 			} else {
@@ -401,7 +416,7 @@ func (c *ledger) holdsOf(uid types.UID) (string, []int) {
 func (c *ledger) reserve(uid types.UID, claimKey, node string, req allocator.Request) (allocator.Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, _ := c.snapshotLocked(node)
+	n, _ := c.snapshotExcept(node, uid)
 	if n == nil {
 		return allocator.Result{}, &allocator.Unfit{Reason: "no GpuNodeStatus for node " + node}
 	}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -82,6 +83,10 @@ type Plugin struct {
 	status  *statusWriter
 
 	// releaseQueue releases the leases and claims of pods that went away (lifecycle.go).
+	// waiting and gpusDirty drive activate.go.
+	waiting   *waitingPods
+	gpusDirty atomic.Bool
+
 	releaseQueue workqueue.TypedRateLimitingInterface[types.UID]
 	releaseMu    sync.Mutex
 	releases     map[types.UID]podRef
@@ -133,12 +138,16 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		relaxed:      newRelaxations(),
 		releaseQueue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]()),
 		releases:     map[types.UID]podRef{},
+		waiting:      newWaitingPods(),
 	}
 	p.status = newStatusWriter(p)
 
 	gpuFactory := gpuinformers.NewSharedInformerFactory(gpuClient, 0)
 	claims := gpuFactory.Gpu().V1().GpuClaims()
 	p.claimLister = claims.Lister()
+	if _, err := claims.Informer().AddEventHandler(p.claimHandler(ctx)); err != nil {
+		return nil, fmt.Errorf("%s: watching GpuClaims: %w", Name, err)
+	}
 	nodeStatuses := gpuFactory.Gpu().V1().GpuNodeStatuses()
 	if _, err := nodeStatuses.Informer().AddEventHandler(p.nodeStatusHandler()); err != nil {
 		return nil, fmt.Errorf("%s: watching GpuNodeStatuses: %w", Name, err)
@@ -183,6 +192,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 
 	go p.status.run(ctx)
 	go p.runLifecycle(ctx)
+	go p.runActivator(ctx)
 	return p, nil
 }
 
@@ -191,11 +201,17 @@ func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
 		AddFunc: func(obj any) {
 			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok {
 				p.ledger.setStatus(gns)
+				p.gpusChanged()
 			}
 		},
-		UpdateFunc: func(_, obj any) {
-			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok {
-				p.ledger.setStatus(gns)
+		UpdateFunc: func(old, obj any) {
+			gns, ok := obj.(*apiv1.GpuNodeStatus)
+			if !ok {
+				return
+			}
+			p.ledger.setStatus(gns)
+			if prev, ok := old.(*apiv1.GpuNodeStatus); ok && p.mayHelp(prev, gns) {
+				p.gpusChanged()
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -204,6 +220,25 @@ func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
 			}
 			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok {
 				p.ledger.deleteStatus(nodeNameOf(gns))
+			}
+		},
+	}
+}
+
+// claimHandler sends the pods waiting for a claim back to the queue when the claim appears or
+// changes (its spec, or its holder).
+func (p *Plugin) claimHandler(ctx context.Context) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if c, ok := obj.(*apiv1.GpuClaim); ok {
+				p.activateClaim(ctx, claimKey(c.Namespace, c.Name))
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			c, ok := obj.(*apiv1.GpuClaim)
+			prev, ok2 := old.(*apiv1.GpuClaim)
+			if ok && ok2 && (c.Generation != prev.Generation || c.Status.PodUID != prev.Status.PodUID) {
+				p.activateClaim(ctx, claimKey(c.Namespace, c.Name))
 			}
 		},
 	}
@@ -222,6 +257,7 @@ func (p *Plugin) leaseHandler() cache.ResourceEventHandler {
 					for _, uid := range ref.holders {
 						p.ledger.remove(uid, ref.node, []int{ref.gpu}, fromLease)
 					}
+					p.gpusChanged()
 				}
 			}
 		},
@@ -289,8 +325,9 @@ func (p *Plugin) observePod(obj any) {
 		if alloc, err := apiv1.ParseAllocation(a); err == nil && alloc.Node == pod.Spec.NodeName {
 			shared := false
 			if name, ok := claimName(pod); ok {
-				if c, err := p.claimLister.GpuClaims(pod.Namespace).Get(name); err == nil && c.Spec.Devices.Exclusivity == apiv1.Shared {
-					shared = true
+				if c, err := p.claimLister.GpuClaims(pod.Namespace).Get(name); err == nil {
+					shared = c.Spec.Devices.Exclusivity == apiv1.Shared
+					p.status.bound(c, pod, alloc)
 				}
 			}
 			p.ledger.add(pod.UID, alloc.Node, alloc.IDs, shared, fromPod)
@@ -303,6 +340,10 @@ func (p *Plugin) observePod(obj any) {
 func (p *Plugin) podGone(pod *v1.Pod) {
 	p.pods.gone(pod.UID)
 	p.relaxed.forget(pod.UID)
+	p.waiting.remove(pod.UID)
+	if node, _ := p.ledger.holdsOf(pod.UID); node != "" {
+		p.gpusChanged()
+	}
 	p.ledger.forget(pod.UID)
 	p.enqueueRelease(podRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Claim: pod.Annotations[apiv1.AnnotationClaim]})
 }

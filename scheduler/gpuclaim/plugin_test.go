@@ -3,7 +3,9 @@ package gpuclaim
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -34,6 +37,8 @@ type testEnv struct {
 	gpu   *gpufake.Clientset
 	nodes []*v1.Node
 	clock *clocktesting.FakeClock
+
+	activated *recordingActivator
 }
 
 func newTestEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *testEnv {
@@ -48,10 +53,12 @@ func newTestEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *testEnv
 	gpuObjs = append(gpuObjs, objs...)
 	gpu := gpufake.NewSimpleClientset(gpuObjs...)
 	factory := informers.NewSharedInformerFactory(kube, 0)
+	act := &recordingActivator{}
 	fh, err := frameworkruntime.NewFramework(ctx, nil, &config.KubeSchedulerProfile{},
 		frameworkruntime.WithClientSet(kube),
 		frameworkruntime.WithInformerFactory(factory),
-		frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(nil, nodes)))
+		frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(nil, nodes)),
+		frameworkruntime.WithPodActivator(act))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +68,27 @@ func newTestEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *testEnv
 	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	return &testEnv{p: p, kube: kube, gpu: gpu, nodes: nodes, clock: clk}
+	return &testEnv{p: p, kube: kube, gpu: gpu, nodes: nodes, clock: clk, activated: act}
+}
+
+// recordingActivator records the pods the plugin sends back to the active queue.
+type recordingActivator struct {
+	mu   sync.Mutex
+	pods []string
+}
+
+func (a *recordingActivator) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := range pods {
+		a.pods = append(a.pods, k)
+	}
+}
+
+func (a *recordingActivator) has(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Contains(a.pods, key)
 }
 
 func node(name string, labels map[string]string) *v1.Node {
@@ -301,4 +328,17 @@ func TestPreBindTakesOverLeaseOfDeletedPod(t *testing.T) {
 	if err != nil || *l.Spec.HolderIdentity != string(pod.UID) {
 		t.Fatalf("lease gpu-a-5 = %+v, %v; want it held by the new pod", l, err)
 	}
+}
+
+// TestWaitingPodsActivatedByPluginInformers: a pod turned away because its claim did not
+// exist yet goes back to the active queue as soon as the plugin's own informer sees the claim,
+// whatever the scheduler's queueing hints saw first.
+func TestWaitingPodsActivatedByPluginInformers(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	pod := gpuPod("early", "late")
+	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), pod, nil); st.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Fatalf("status %v, want the missing claim reported", st)
+	}
+	createClaimStatusLess(t, e, claimObj("late", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	eventuallyTrue(t, func() bool { return e.activated.has("ns/early") })
 }

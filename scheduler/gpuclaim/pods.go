@@ -106,3 +106,46 @@ func (r *relaxations) forget(uid types.UID) {
 	delete(r.tiers, uid)
 	r.mu.Unlock()
 }
+
+// waitingPods are the pods this plugin turned away, by UID, so that the plugin can send them
+// back to the active queue when its own informers see a change that may help them (activator).
+// The framework's queueing hints fire on the scheduler's informers, which can run ahead of the
+// plugin's: a pod requeued by a hint may be judged on the plugin's older view and rejected
+// again, with nothing left to requeue it. Activating from the plugin's own handlers closes that
+// gap.
+type waitingPods struct {
+	mu   sync.Mutex
+	pods map[types.UID]waitingPod
+}
+
+type waitingPod struct {
+	pod   *v1.Pod
+	claim string // namespace/name
+}
+
+func newWaitingPods() *waitingPods { return &waitingPods{pods: map[types.UID]waitingPod{}} }
+
+func (w *waitingPods) add(pod *v1.Pod, claim string) {
+	w.mu.Lock()
+	w.pods[pod.UID] = waitingPod{pod: pod, claim: claim}
+	w.mu.Unlock()
+}
+
+func (w *waitingPods) remove(uid types.UID) {
+	w.mu.Lock()
+	delete(w.pods, uid)
+	w.mu.Unlock()
+}
+
+// select returns the waiting pods for which keep is true, keyed as the framework's Activate wants.
+func (w *waitingPods) selectPods(keep func(waitingPod) bool) map[string]*v1.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]*v1.Pod{}
+	for _, wp := range w.pods {
+		if keep(wp) {
+			out[wp.pod.Namespace+"/"+wp.pod.Name] = wp.pod
+		}
+	}
+	return out
+}

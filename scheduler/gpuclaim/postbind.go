@@ -18,6 +18,8 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if _, ok := claimName(pod); !ok {
 		return
 	}
+	p.waiting.remove(pod.UID)
+	p.relaxed.forget(pod.UID)
 	s, err := getState(cs)
 	if err != nil {
 		return

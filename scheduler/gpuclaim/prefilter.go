@@ -3,6 +3,7 @@ package gpuclaim
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +19,16 @@ import (
 // it, best fit tier first: when any node has a free island that fits (at the bandwidth asked
 // for), only such nodes are considered, so island-local placement holds wherever it is
 // possible even when the scheduler samples a share of a large cluster.
-func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	res, st := p.preFilter(ctx, cs, pod, nodes)
+	if st.IsRejected() {
+		name, _ := claimName(pod)
+		p.waiting.add(pod, claimKey(pod.Namespace, name))
+	}
+	return res, st
+}
+
+func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	name, ok := claimName(pod)
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -68,6 +78,11 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		}
 		used = f
 		break
+	}
+	// A pod that still holds leases from an attempt that crashed before binding may use those
+	// GPUs again (Filter ignores its own holds), even if the summary counts them as taken.
+	if own, _ := p.ledger.holdsOf(pod.UID); own != "" && pod.Spec.NodeName == "" && !slices.Contains(chosen, own) && p.nodeSelected(claim, own) {
+		chosen = append(chosen, own)
 	}
 	if len(chosen) == 0 {
 		msg := p.noNodeMessage(key, &req, stale)

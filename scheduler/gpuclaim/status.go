@@ -70,6 +70,7 @@ type statusWish struct {
 	phase  apiv1.ClaimPhase
 	reason string
 	msg    string
+	alloc  *apiv1.Allocation
 }
 
 func newStatusWriter(p *Plugin) *statusWriter {
@@ -105,6 +106,16 @@ func (w *statusWriter) released(claim *apiv1.GpuClaim, uid types.UID, msg string
 	w.put(statusWish{claim: claim, phase: apiv1.ClaimPending, reason: "Released", msg: msg, pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}}})
 }
 
+// bound repairs the status of a claim whose pod is bound with an allocation the status does
+// not show: a scheduler that crashed between binding and writing the status leaves it so.
+func (w *statusWriter) bound(claim *apiv1.GpuClaim, pod *v1.Pod, a apiv1.Allocation) {
+	if claim.Status.Phase == apiv1.ClaimBound && claim.Status.PodUID == string(pod.UID) && claim.Status.Allocated == a.String() {
+		return
+	}
+	w.put(statusWish{claim: claim, pod: pod, phase: apiv1.ClaimBound, reason: "Repaired", alloc: &a,
+		msg: fmt.Sprintf("GPUs %s on node %s allocated to pod %s", apiv1.FormatIDs(a.IDs), a.Node, pod.Name)})
+}
+
 func (w *statusWriter) put(s statusWish) {
 	key := claimKey(s.claim.Namespace, s.claim.Name)
 	w.mu.Lock()
@@ -136,14 +147,24 @@ func (w *statusWriter) next(ctx context.Context) bool {
 		w.queue.Forget(key)
 		return true
 	}
+	if s.alloc != nil {
+		if _, live := w.p.pods.get(s.pod.UID); !live {
+			w.queue.Forget(key)
+			return true // the pod went away meanwhile; its release resets the claim
+		}
+	}
 	err := w.p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
-		if s.reason == "Released" {
+		switch {
+		case s.alloc != nil:
+			setAllocation(st, apiv1.ClaimBound, s.pod, *s.alloc, s.msg)
+			return
+		case s.reason == "Released":
 			// Only the pod that held the claim may release it.
 			if st.PodUID != string(s.pod.UID) {
 				return
 			}
 			*st = apiv1.GpuClaimStatus{}
-		} else if st.Phase == apiv1.ClaimBound || st.Phase == apiv1.ClaimReserved {
+		case st.Phase == apiv1.ClaimBound || st.Phase == apiv1.ClaimReserved:
 			return // the claim got GPUs since this wish was made
 		}
 		st.Phase = s.phase
@@ -160,7 +181,7 @@ func (w *statusWriter) next(ctx context.Context) bool {
 		return true
 	}
 	w.queue.Forget(key)
-	if rec := w.p.handle.EventRecorder(); rec != nil && s.reason != "Released" && s.pod != nil && s.pod.Name != "" {
+	if rec := w.p.handle.EventRecorder(); rec != nil && s.reason != "Released" && s.alloc == nil && s.pod != nil && s.pod.Name != "" {
 		rec.Eventf(s.claim, s.pod, v1.EventTypeWarning, s.reason, "Scheduling", s.msg)
 	}
 	return true
