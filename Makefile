@@ -11,7 +11,7 @@ SCENARIO  ?= scenarios/quickstart.yaml
 ## help: list the targets and what they do
 .PHONY: help
 help:
-	@grep -hE '^## ' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk -F': ' '{printf "  %-22s %s\n", $$1, $$2}'
+	@grep -hE '^## ' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk '{i = index($$0, ": "); printf "  %-22s %s\n", substr($$0, 1, i - 1), substr($$0, i + 2)}'
 
 ## build: build every binary in cmd/ into ./bin
 .PHONY: build
