@@ -366,13 +366,20 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	t := time.Now()
 	bar.phase("deleting the workload")
 	byRun := metav1.ListOptions{LabelSelector: LabelRun + "=" + run}
-	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, byRun); err != nil {
-		return nil, fmt.Errorf("deleting the workload pods in %s: %w", ns, err)
-	}
-	_ = waitFor(ctx, 2*time.Minute, func() bool {
+	// One DeleteCollection of 10,000 pods can outlast the apiserver's request timeout (seen on
+	// scale-5k as an HTTP/2 stream error) after deleting part of them, so repeat it until the
+	// pods are gone; only a deadline with pods left is an error.
+	var lastErr error
+	gone := waitFor(ctx, 5*time.Minute, func() bool {
+		if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, byRun); err != nil {
+			lastErr = err
+		}
 		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: byRun.LabelSelector, Limit: 1})
 		return err == nil && len(l.Items) == 0
 	})
+	if gone != nil {
+		return nil, fmt.Errorf("deleting the workload pods in %s: %w (last delete error: %v)", ns, gone, lastErr)
+	}
 	if !stock {
 		_ = waitFor(ctx, 3*time.Minute, func() bool {
 			n, err := countLeases(ctx, cs)
