@@ -371,7 +371,9 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	// pods are gone; only a deadline with pods left is an error.
 	var lastErr error
 	gone := waitFor(ctx, 5*time.Minute, func() bool {
-		if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, byRun); err != nil {
+		// Grace 0: the pods are fake, and waiting for kwok to finish 10,000 graceful deletions
+		// took longer than the run itself; the scheduler sees the deletes either way.
+		if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zeroGrace}, byRun); err != nil {
 			lastErr = err
 		}
 		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: byRun.LabelSelector, Limit: 1})
@@ -503,6 +505,8 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 		return cond(), nil
 	})
 }
+
+var zeroGrace int64
 
 // sampleRSS records the peak resident memory of all processes together, every second.
 func sampleRSS(ctx context.Context, c *cluster.Cluster, mu *sync.Mutex, res *RunResult) {
