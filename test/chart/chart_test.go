@@ -412,22 +412,29 @@ func verifyServingCert(t testing.TB, data map[string][]byte, dnsName string) {
 	}
 }
 
+// podSpecOf returns the pod template of a Deployment or DaemonSet; ok is false for other kinds.
+func podSpecOf(t *testing.T, o *unstructured.Unstructured) (corev1.PodSpec, bool) {
+	t.Helper()
+	switch o.GetKind() {
+	case "Deployment":
+		var d appsv1.Deployment
+		into(t, o, &d)
+		return d.Spec.Template.Spec, true
+	case "DaemonSet":
+		var d appsv1.DaemonSet
+		into(t, o, &d)
+		return d.Spec.Template.Spec, true
+	}
+	return corev1.PodSpec{}, false
+}
+
 // Every container runs with the secure defaults, and every workload has resource requests.
 func TestSecureDefaults(t *testing.T) {
 	objs := parseObjects(t, mustTemplate(t))
 	workloads := 0
 	for _, o := range objs {
-		var spec corev1.PodSpec
-		switch o.GetKind() {
-		case "Deployment":
-			var d appsv1.Deployment
-			into(t, o, &d)
-			spec = d.Spec.Template.Spec
-		case "DaemonSet":
-			var d appsv1.DaemonSet
-			into(t, o, &d)
-			spec = d.Spec.Template.Spec
-		default:
+		spec, ok := podSpecOf(t, o)
+		if !ok {
 			continue
 		}
 		workloads++

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -248,17 +247,8 @@ func checkWorkloads(t *testing.T, ctx context.Context, e *installEnv) {
 func checkFlags(t *testing.T, ctx context.Context, e *installEnv) {
 	root := repoRoot(t)
 	for _, o := range e.manifest {
-		var spec corev1.PodSpec
-		switch o.GetKind() {
-		case "Deployment":
-			var d appsv1.Deployment
-			into(t, o, &d)
-			spec = d.Spec.Template.Spec
-		case "DaemonSet":
-			var d appsv1.DaemonSet
-			into(t, o, &d)
-			spec = d.Spec.Template.Spec
-		default:
+		spec, ok := podSpecOf(t, o)
+		if !ok {
 			continue
 		}
 		for _, c := range spec.Containers {
