@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,7 @@ const (
 	testNamespace    = "gpu-webhook-itest"
 	webhookNamespace = "gpu-webhook-system"
 	schedulerUser    = webhook.DefaultSchedulerUser
+	schedulerGroup   = "gpu-itest-schedulers"
 	userName         = "alice"
 )
 
@@ -57,11 +59,11 @@ func (w *warnings) take() []string {
 	return out
 }
 
-func clientAs(t *testing.T, base *rest.Config, user string, w rest.WarningHandler) kubernetes.Interface {
+func clientAs(t *testing.T, base *rest.Config, user string, w rest.WarningHandler, groups ...string) kubernetes.Interface {
 	t.Helper()
 	cfg := rest.CopyConfig(base)
 	if user != "" {
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append([]string{"system:authenticated"}, groups...)}
 	}
 	if w != nil {
 		cfg.WarningHandler = w
@@ -136,7 +138,7 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 	}
 	cfg := webhook.DefaultConfig()
 	cfg.CertFile, cfg.KeyFile = certFile, keyFile
-	cfg.Scheduler = webhook.SchedulerIdentity{Users: []string{schedulerUser}}
+	cfg.Scheduler = webhook.SchedulerIdentity{Users: []string{schedulerUser}, Groups: []string{schedulerGroup}}
 	srv, err := webhook.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -184,6 +186,7 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 		Subjects: []rbacv1.Subject{
 			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: userName},
 			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: schedulerUser},
+			{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: schedulerGroup},
 		},
 	}
 	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
@@ -197,8 +200,9 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 		t.Fatalf("create node: %v", err)
 	}
 
-	// Register the webhooks with the real CA bundle and the loopback URL.
-	mwc, vwc, err := manifests.Render(manifests.Options{Namespace: webhookNamespace, CABundle: ca.PEM, URL: "https://" + ln.Addr().String()})
+	// Register the webhooks with the real CA bundle and the loopback URL, and the scheduler
+	// identity the webhook runs with (its Bindings are not sent to the webhook).
+	mwc, vwc, err := manifests.Render(manifests.Options{Namespace: webhookNamespace, CABundle: ca.PEM, URL: "https://" + ln.Addr().String(), Scheduler: cfg.Scheduler})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +232,7 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 	userWarnings := &warnings{}
 	user := clientAs(t, restCfg, userName, userWarnings)
 	scheduler := clientAs(t, restCfg, schedulerUser, nil)
+	schedulerMember := clientAs(t, restCfg, "kube-scheduler-itest", nil, schedulerGroup)
 	pods := user.CoreV1().Pods(testNamespace)
 
 	wantEnv := webhook.EnvModeCUDA.Env()
@@ -367,6 +372,12 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 		denied(t, err, `user "alice" may not set, change or remove annotation gpu.scheduling/allocated on pod `+testNamespace+`/bound`)
 		_, err = pods.Patch(ctx, "bound", types.MergePatchType, []byte(`{"metadata":{"annotations":{"gpu.scheduling/gpu-ids":"0"}}}`), metav1.PatchOptions{}, "status")
 		denied(t, err, `user "alice" may not set, change or remove annotation gpu.scheduling/gpu-ids on pod `+testNamespace+`/bound`)
+		// The scheduler's own writes other than Bindings still reach the webhook: a pod created
+		// with the allocation is refused from it too, and its updates are checked.
+		_, err = schedulerMember.CoreV1().Pods(testNamespace).Create(ctx, forged, metav1.CreateOptions{})
+		denied(t, err, "pod "+testNamespace+"/forged may not be created with annotations")
+		_, err = scheduler.CoreV1().Pods(testNamespace).Patch(ctx, "bound", types.MergePatchType, []byte(`{"metadata":{"annotations":{"gpu.scheduling/gpu-ids":"7"}}}`), metav1.PatchOptions{})
+		denied(t, err, `pod `+testNamespace+`/bound: annotation gpu.scheduling/gpu-ids="7" does not match annotation gpu.scheduling/allocated="gpu-node-0:3"`)
 
 		if _, err := pods.Create(ctx, gpuPod("unbound", container("c")), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -412,6 +423,45 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 		var status apierrors.APIStatus
 		if err == nil || !errors.As(err, &status) || !strings.Contains(err.Error(), "failed calling webhook") {
 			t.Errorf("a GPU pod was admitted without the webhook (failurePolicy Fail): %v", err)
+		}
+
+		// The scheduler's Bindings are not sent to the webhook at all (the not-a-scheduler-binding
+		// match condition), so they succeed with it down; a user's still need it.
+		for i, name := range []string{"late-0", "late-1", "late-2"} {
+			// Created without the mutating webhook: a pod that asks for no GPU by itself.
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{container("c")}}}
+			if _, err := admin.CoreV1().Pods(testNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			b := &corev1.Binding{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
+					gpuv1.AnnotationAllocated: fmt.Sprintf("gpu-node-0:%d", 4+i), gpuv1.AnnotationGPUIDs: strconv.Itoa(4 + i),
+				}},
+				Target: corev1.ObjectReference{Kind: "Node", Name: "gpu-node-0"},
+			}
+			switch i {
+			case 0:
+				if err := scheduler.CoreV1().Pods(testNamespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+					t.Errorf("the scheduler's Binding needed the stopped webhook: %v", err)
+				}
+			case 1:
+				if err := schedulerMember.CoreV1().Pods(testNamespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+					t.Errorf("a Binding by a member of the scheduler group needed the stopped webhook: %v", err)
+				}
+			case 2:
+				err := pods.Bind(ctx, b, metav1.CreateOptions{})
+				if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+					t.Errorf("a user's Binding with the allocation was not sent to the (stopped) webhook: %v", err)
+				}
+				continue
+			}
+			stored, err := admin.CoreV1().Pods(testNamespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stored.Spec.NodeName != "gpu-node-0" || stored.Annotations[gpuv1.AnnotationGPUIDs] != strconv.Itoa(4+i) {
+				t.Errorf("pod %s: node %q annotations %v after the scheduler's Binding", name, stored.Spec.NodeName, stored.Annotations)
+			}
 		}
 	})
 }

@@ -117,6 +117,11 @@ func newRenderCommand() *cobra.Command {
 	fs.Int32Var(&svcPort, "service-port", 443, "Port of the Service.")
 	fs.Int32Var(&opts.TimeoutSeconds, "timeout-seconds", manifests.DefaultTimeoutSeconds, "Per-call timeout the apiserver applies.")
 	fs.StringSliceVar(&opts.ExcludeNamespaces, "exclude-namespaces", nil, "More namespaces the webhooks skip.")
+	// The server's flags, with the server's defaults: pass the values the server runs with. The
+	// scheduler's Bindings are not sent to the webhook, which would allow them.
+	scheduler := webhook.DefaultConfig().Scheduler
+	fs.StringSliceVar(&opts.Scheduler.Users, "scheduler-users", scheduler.Users, "The webhook server's --scheduler-users: their Bindings are not sent to the webhook.")
+	fs.StringSliceVar(&opts.Scheduler.Groups, "scheduler-groups", scheduler.Groups, "The webhook server's --scheduler-groups: their members' Bindings are not sent to the webhook.")
 	_ = cmd.MarkFlagRequired("ca-bundle-file")
 	return cmd
 }

@@ -30,10 +30,38 @@ func TestRender(t *testing.T) {
 		"kind: MutatingWebhookConfiguration", "kind: ValidatingWebhookConfiguration",
 		"namespace: gpu-system", "name: gpu-webhook", "path: /mutate", "path: /validate", "port: 443",
 		"- gpu-system",
+		// The server's default scheduler identity.
+		"name: not-a-scheduler-binding", "request.userInfo.username in ['system:serviceaccount:gpu-scheduler:gpu-scheduler']",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+
+	// The server's identity flags.
+	cmd = newCommand()
+	out.Reset()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"render", "--ca-bundle-file", caFile, "--namespace", "gpu-system", "--service-name", "gpu-webhook",
+		"--scheduler-users", "system:serviceaccount:gpu-system:sched,sched", "--scheduler-groups", "system:kube-scheduler"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	flat := strings.Join(strings.Fields(out.String()), " ")
+	for _, want := range []string{
+		"request.userInfo.username in ['system:serviceaccount:gpu-system:sched', 'sched']",
+		"request.userInfo.groups.exists(g, g in ['system:kube-scheduler'])",
+	} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	cmd = newCommand()
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetArgs([]string{"render", "--ca-bundle-file", caFile, "--url", "https://127.0.0.1:1", "--scheduler-users", "x'"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `scheduler user "x'": contains a quote`) {
+		t.Errorf("render with a quote in a scheduler user: %v", err)
 	}
 }
 

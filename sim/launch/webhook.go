@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest"
 )
@@ -77,7 +78,14 @@ func StartWebhook(ctx context.Context, c *cluster.Cluster, opts WebhookOptions) 
 		"--tls-cert-file=" + certFile,
 		"--tls-private-key-file=" + keyFile,
 	}
-	for _, g := range opts.SchedulerGroups {
+	// One identity for the process and for the configurations, whose match condition keeps
+	// this identity's Bindings from the webhook (it would allow them). The users are the
+	// process's default, spelt out so that both sides see the same.
+	scheduler := webhook.SchedulerIdentity{Users: webhook.DefaultConfig().Scheduler.Users, Groups: opts.SchedulerGroups}
+	for _, u := range scheduler.Users {
+		args = append(args, "--scheduler-users="+u)
+	}
+	for _, g := range scheduler.Groups {
 		args = append(args, "--scheduler-groups="+g)
 	}
 	p, err := c.StartProcess(opts.Name, bin, args, nil)
@@ -89,7 +97,7 @@ func StartWebhook(ctx context.Context, c *cluster.Cluster, opts WebhookOptions) 
 		_ = p.Kill()
 		return nil, err
 	}
-	mut, val, err := manifests.Render(manifests.Options{Namespace: opts.Namespace, CABundle: ca.PEM, URL: w.URL})
+	mut, val, err := manifests.Render(manifests.Options{Namespace: opts.Namespace, CABundle: ca.PEM, URL: w.URL, Scheduler: scheduler})
 	if err != nil {
 		_ = p.Kill()
 		return nil, fmt.Errorf("rendering the webhook configurations for %s: %w", opts.Name, err)

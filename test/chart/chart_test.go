@@ -21,6 +21,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/config"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
 )
 
@@ -173,6 +175,10 @@ func TestValuesRejected(t *testing.T) {
 		name: "replicas without leader election",
 		args: []string{"--set", "scheduler.leaderElection.enabled=false"},
 		want: "scheduler.replicas is 2 but scheduler.leaderElection.enabled is false",
+	}, {
+		name: "scheduler user the webhook's match condition cannot hold",
+		args: []string{"--set", "webhook.extraSchedulerUsers={x'] || true || ['}"},
+		want: `scheduler user "x'] || true || ['" contains a quote, a backslash or a control character`,
 	}, {
 		name: "host path mode without a library directory",
 		args: []string{"--set", "agent.nvml.mode=hostPath", "--set", "agent.nvml.hostPath.libraryDir="},
@@ -324,9 +330,10 @@ func TestWebhookConfigurationsMatchManifests(t *testing.T) {
 		opts: manifests.Options{Namespace: releaseNamespace,
 			Service: &manifests.ServiceRef{Namespace: releaseNamespace, Name: releaseName + "-webhook", Port: 443}},
 	}, {
-		name: "other namespace, timeout, exclusions",
+		name: "other namespace, timeout, exclusions, scheduler users",
 		args: []string{"--namespace", "gpu-system", "--set", "webhook.timeoutSeconds=2", "--set", "webhook.service.port=9443",
-			"--set", "webhook.excludeNamespaces={monitoring,kube-system}"},
+			"--set", "webhook.excludeNamespaces={monitoring,kube-system}", "--set", "scheduler.serviceAccount.name=sched",
+			"--set", "webhook.extraSchedulerUsers={system:serviceaccount:other:gpu-scheduler,ops}"},
 		opts: manifests.Options{Namespace: "gpu-system", TimeoutSeconds: 2, ExcludeNamespaces: []string{"monitoring", "kube-system"},
 			Service: &manifests.ServiceRef{Namespace: "gpu-system", Name: releaseName + "-webhook", Port: 9443}},
 	}} {
@@ -340,6 +347,12 @@ func TestWebhookConfigurationsMatchManifests(t *testing.T) {
 			opts := tc.opts
 			opts.Name = releaseName + "-webhook"
 			opts.CABundle = gotM.Webhooks[0].ClientConfig.CABundle
+			// The scheduler identity the webhook Deployment runs with, so that the configuration
+			// keeps exactly its Bindings from the webhook.
+			opts.Scheduler = webhookSchedulerIdentity(t, objs)
+			if len(opts.Scheduler.Users) == 0 {
+				t.Fatal("the webhook Deployment passes no --scheduler-users")
+			}
 			wantM, wantV, err := manifests.Render(opts)
 			if err != nil {
 				t.Fatal(err)
@@ -352,6 +365,25 @@ func TestWebhookConfigurationsMatchManifests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// webhookSchedulerIdentity is the --scheduler-users and --scheduler-groups of the rendered
+// webhook Deployment, parsed as gpu-webhook parses them.
+func webhookSchedulerIdentity(t *testing.T, objs []*unstructured.Unstructured) webhook.SchedulerIdentity {
+	t.Helper()
+	spec, ok := podSpecOf(t, find(t, objs, "Deployment", releaseName+"-webhook"))
+	if !ok {
+		t.Fatal("the webhook is not a Deployment")
+	}
+	var id webhook.SchedulerIdentity
+	fs := pflag.NewFlagSet("gpu-webhook", pflag.ContinueOnError)
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	fs.StringSliceVar(&id.Users, "scheduler-users", webhook.DefaultConfig().Scheduler.Users, "")
+	fs.StringSliceVar(&id.Groups, "scheduler-groups", webhook.DefaultConfig().Scheduler.Groups, "")
+	if err := fs.Parse(spec.Containers[0].Args); err != nil {
+		t.Fatalf("webhook args %q: %v", spec.Containers[0].Args, err)
+	}
+	return id
 }
 
 // The generated serving certificate is signed by the CA bundle the apiserver is given, for the

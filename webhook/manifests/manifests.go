@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +60,20 @@ type Options struct {
 	TimeoutSeconds int32
 	// ExcludeNamespaces are skipped too, besides kube-system and Namespace.
 	ExcludeNamespaces []string
+	// Scheduler is the identity the webhook process lets write the allocation (its
+	// --scheduler-users and --scheduler-groups, or webhook.Config.Scheduler): pass the same
+	// one. The scheduler's Bindings are not sent to the webhook (see matchNotSchedulerBinding).
+	// Users [webhook.DefaultSchedulerUser] when it names no user and no group, as the webhook's
+	// own default.
+	Scheduler webhook.SchedulerIdentity
+}
+
+// scheduler is o.Scheduler, defaulted.
+func (o *Options) scheduler() webhook.SchedulerIdentity {
+	if len(o.Scheduler.Users) == 0 && len(o.Scheduler.Groups) == 0 {
+		return webhook.SchedulerIdentity{Users: []string{webhook.DefaultSchedulerUser}}
+	}
+	return o.Scheduler
 }
 
 func (o *Options) validate() error {
@@ -88,7 +104,36 @@ func (o *Options) validate() error {
 	if o.TimeoutSeconds < 0 || o.TimeoutSeconds > 30 {
 		errs = append(errs, fmt.Errorf("timeout %ds is outside 1..30 seconds, the range the apiserver accepts", o.TimeoutSeconds))
 	}
+	for _, id := range []struct {
+		kind  string
+		names []string
+	}{{"user", o.Scheduler.Users}, {"group", o.Scheduler.Groups}} {
+		for _, n := range id.names {
+			if err := celQuotable(n); err != nil {
+				errs = append(errs, fmt.Errorf("scheduler %s %q: %w", id.kind, n, err))
+			}
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// celQuotable checks that a name can go between single quotes in a CEL expression as it is. A
+// quote or a backslash would end the literal or start an escape, so that the condition would
+// compare with another name or not compile; rejecting them is simpler and safer than escaping.
+// An empty name would match requests without a user name, which the webhook never counts as
+// the scheduler's (webhook.SchedulerIdentity.Matches).
+func celQuotable(name string) error {
+	switch {
+	case name == "":
+		return errors.New("is empty")
+	case !utf8.ValidString(name):
+		return errors.New("is not valid UTF-8")
+	case strings.ContainsAny(name, `'\`):
+		return errors.New("contains a quote or a backslash, which the match condition cannot hold")
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return errors.New("contains a control character, which the match condition cannot hold")
+	}
+	return nil
 }
 
 // CEL match conditions. They keep the webhook off the path of requests it would allow anyway:
@@ -105,6 +150,50 @@ var (
 		anyOf(webhook.ProtectedAnnotations, func(k string) string { return hasAnnotation("object", k) }),
 		anyOf(webhook.ProtectedAnnotations, changedAnnotation))
 )
+
+// matchNotSchedulerBinding is the condition that keeps the scheduler's Bindings away from
+// /validate: false for a Binding (pods/binding CREATE) by one of users or a member of one of
+// groups, true for every other request.
+//
+// The scheduler posts one Binding with the allocation annotations for every pod it places, and
+// the webhook allows the scheduler's Bindings: that was one HTTPS call from the apiserver per
+// scheduled pod, for nothing. The guarantee that only the scheduler writes the allocation is
+// unchanged: the identity test is the one the webhook applies (webhook.SchedulerIdentity.Matches:
+// the request's user name is one of users, or one of its groups is one of groups), on the same
+// request.userInfo, so everyone else's Bindings still reach the webhook.
+//
+// What is skipped besides the identity test is the webhook's consistency check of the
+// scheduler's own values (both annotations parse, name the same IDs and the Binding's node),
+// which the scheduler builds from typed values (scheduler/gpuclaim Bind). Other requests from the
+// scheduler's identity are still sent on purpose: a pod CREATE with an allocation annotation is
+// refused even for the scheduler, and a pod UPDATE carrying the allocation is not what the
+// scheduler does, so it is checked like any other write (a hand edit with the scheduler's
+// credentials, say).
+//
+// userInfo.username and userInfo.groups are absent from the request when empty, hence has().
+// The names must pass celQuotable.
+func matchNotSchedulerBinding(users, groups []string) string {
+	var scheduler []string
+	if len(users) > 0 {
+		scheduler = append(scheduler, fmt.Sprintf("(has(request.userInfo.username) && request.userInfo.username in %s)", celList(users)))
+	}
+	if len(groups) > 0 {
+		scheduler = append(scheduler, fmt.Sprintf("(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in %s))", celList(groups)))
+	}
+	if len(scheduler) == 0 {
+		return "true"
+	}
+	return fmt.Sprintf("request.kind.kind != 'Binding' || !(%s)", strings.Join(scheduler, " || "))
+}
+
+// celList is a CEL list literal of names that passed celQuotable.
+func celList(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = "'" + n + "'"
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
 
 func hasAnnotation(obj, key string) string {
 	return fmt.Sprintf("(has(%[1]s.metadata.annotations) && '%[2]s' in %[1]s.metadata.annotations)", obj, key)
@@ -139,6 +228,7 @@ func Render(o Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *
 	if timeout == 0 {
 		timeout = DefaultTimeoutSeconds
 	}
+	sched := o.scheduler()
 	excluded := append([]string{"kube-system", o.Namespace}, o.ExcludeNamespaces...)
 	nsSelector := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: NamespaceNameLabel, Operator: metav1.LabelSelectorOpNotIn, Values: dedupe(excluded),
@@ -198,7 +288,12 @@ func Render(o Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To(timeout),
 			AdmissionReviewVersions: []string{"v1"},
-			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "writes-allocation", Expression: MatchWritesAllocation}},
+			// Match conditions are ANDed: an allocation write, and not a Binding the scheduler
+			// posts (the webhook would allow it; see matchNotSchedulerBinding).
+			MatchConditions: []admissionregistrationv1.MatchCondition{
+				{Name: "writes-allocation", Expression: MatchWritesAllocation},
+				{Name: "not-a-scheduler-binding", Expression: matchNotSchedulerBinding(sched.Users, sched.Groups)},
+			},
 		}},
 	}
 	return mutating, validating, nil

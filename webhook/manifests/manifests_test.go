@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -10,11 +11,22 @@ import (
 
 	"github.com/google/cel-go/cel"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	apiservercel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	apiserverwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/kubernetes/pkg/apis/admissionregistration"
 	admissionregistrationinternalv1 "k8s.io/kubernetes/pkg/apis/admissionregistration/v1"
 	"k8s.io/kubernetes/pkg/apis/admissionregistration/validation"
 
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -27,7 +39,8 @@ func TestRenderYAMLGolden(t *testing.T) {
 		opts   Options
 	}{
 		{"service.yaml", Options{Namespace: "gpu-scheduler", CABundle: []byte(testCA), Service: &ServiceRef{Namespace: "gpu-scheduler", Name: "gpu-webhook"}}},
-		{"url.yaml", Options{Name: "gpu-webhook-test", Namespace: "gpu-webhook-test", CABundle: []byte(testCA), URL: "https://127.0.0.1:43211/", TimeoutSeconds: 3, ExcludeNamespaces: []string{"kube-system", "monitoring"}}},
+		{"url.yaml", Options{Name: "gpu-webhook-test", Namespace: "gpu-webhook-test", CABundle: []byte(testCA), URL: "https://127.0.0.1:43211/", TimeoutSeconds: 3, ExcludeNamespaces: []string{"kube-system", "monitoring"},
+			Scheduler: webhook.SchedulerIdentity{Users: []string{"system:serviceaccount:gpu-webhook-test:gpu-scheduler", "sched"}, Groups: []string{"system:kube-scheduler"}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.golden, func(t *testing.T) {
@@ -55,7 +68,8 @@ func TestRenderYAMLGolden(t *testing.T) {
 // TestRenderPassesAPIServerValidation runs the apiserver's own defaulting and validation, which
 // also compiles the CEL match conditions, so a broken expression fails here and not at install.
 func TestRenderPassesAPIServerValidation(t *testing.T) {
-	m, v, err := Render(Options{Namespace: "gpu-scheduler", CABundle: []byte(testCA), Service: &ServiceRef{Namespace: "gpu-scheduler", Name: "gpu-webhook", Port: 8443}})
+	m, v, err := Render(Options{Namespace: "gpu-scheduler", CABundle: []byte(testCA), Service: &ServiceRef{Namespace: "gpu-scheduler", Name: "gpu-webhook", Port: 8443},
+		Scheduler: webhook.SchedulerIdentity{Users: []string{"u1", "u2"}, Groups: []string{"g1", "g2"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +135,11 @@ func TestRenderRejectsBadOptions(t *testing.T) {
 		{"a path", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://127.0.0.1:1/mutate"}, `render webhook configurations: webhook URL "https://127.0.0.1:1/mutate" must be https://host[:port] with nothing after it`},
 		{"service without name", Options{Namespace: "n", CABundle: []byte(testCA), Service: &ServiceRef{Namespace: "n"}}, "render webhook configurations: the Service needs a namespace and a name"},
 		{"long timeout", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://x", TimeoutSeconds: 31}, "render webhook configurations: timeout 31s is outside 1..30 seconds, the range the apiserver accepts"},
+		{"scheduler user with a quote", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://x", Scheduler: webhook.SchedulerIdentity{Users: []string{"ok", "x'] || true || ['"}}}, `render webhook configurations: scheduler user "x'] || true || ['": contains a quote or a backslash, which the match condition cannot hold`},
+		{"scheduler group with a backslash", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://x", Scheduler: webhook.SchedulerIdentity{Groups: []string{`g\`}}}, `render webhook configurations: scheduler group "g\\": contains a quote or a backslash, which the match condition cannot hold`},
+		{"empty scheduler user", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://x", Scheduler: webhook.SchedulerIdentity{Users: []string{""}, Groups: []string{"g"}}}, `render webhook configurations: scheduler user "": is empty`},
+		{"scheduler group with a newline", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://x", Scheduler: webhook.SchedulerIdentity{Groups: []string{"g\n"}}}, `render webhook configurations: scheduler group "g\n": contains a control character, which the match condition cannot hold`},
+		{"scheduler user not UTF-8", Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://x", Scheduler: webhook.SchedulerIdentity{Users: []string{"\xff"}}}, `render webhook configurations: scheduler user "\xff": is not valid UTF-8`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,6 +238,138 @@ func TestMatchConditions(t *testing.T) {
 			}
 			if got := eval(t, MatchWritesAllocation, map[string]any{"object": tc.obj, "oldObject": old, "request": tc.req}); got != tc.want {
 				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSchedulerBindingSkipsWebhook runs the rendered match conditions of the validating webhook
+// in the apiserver's own matcher (its CEL environment, its AdmissionRequest conversion, in which
+// an empty user name or group list is absent) and checks that exactly the Bindings of the
+// configured scheduler identity, as webhook.SchedulerIdentity.Matches sees it, are kept from
+// the webhook, while its other allocation writes and everyone else's are still sent.
+func TestSchedulerBindingSkipsWebhook(t *testing.T) {
+	id := webhook.SchedulerIdentity{Users: []string{"system:serviceaccount:gpu-system:gpu-scheduler", "sched"}, Groups: []string{"system:kube-scheduler", "gpu-schedulers"}}
+	_, v, err := Render(Options{Namespace: "gpu-system", CABundle: []byte(testCA), URL: "https://127.0.0.1:1", Scheduler: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(v.Webhooks[0].MatchConditions); got != 2 {
+		t.Fatalf("%d match conditions, want writes-allocation and not-a-scheduler-binding", got)
+	}
+	matcher := apiserverwebhook.NewValidatingWebhookAccessor("uid", v.Name, &v.Webhooks[0]).
+		GetCompiledMatcher(apiservercel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())))
+
+	alloc := map[string]string{gpuv1.AnnotationAllocated: "n:0", gpuv1.AnnotationGPUIDs: "0"}
+	podsGVR := corev1.SchemeGroupVersion.WithResource("pods")
+	binding := func(annotations map[string]string) (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
+		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: annotations}, Target: corev1.ObjectReference{Kind: "Node", Name: "n"}}
+		return b, nil, corev1.SchemeGroupVersion.WithKind("Binding"), "binding", admission.Create
+	}
+	podCreate := func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: alloc}}
+		return p, nil, corev1.SchemeGroupVersion.WithKind("Pod"), "", admission.Create
+	}
+	podUpdate := func(sub string) func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
+		return func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
+			old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: alloc}}
+			p := old.DeepCopy()
+			p.Annotations = map[string]string{gpuv1.AnnotationAllocated: "n:1", gpuv1.AnnotationGPUIDs: "1"}
+			return p, old, corev1.SchemeGroupVersion.WithKind("Pod"), sub, admission.Update
+		}
+	}
+	allocBinding := func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
+		return binding(alloc)
+	}
+	plainBinding := func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
+		return binding(nil)
+	}
+
+	type request = func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation)
+	tests := []struct {
+		name      string
+		req       request
+		user      string
+		groups    []string
+		sent      bool
+		skippedBy string
+	}{
+		// The scheduler's Bindings: the webhook would allow them.
+		{"binding by a scheduler user", allocBinding, "sched", []string{"system:authenticated"}, false, "not-a-scheduler-binding"},
+		{"binding by the scheduler's service account", allocBinding, "system:serviceaccount:gpu-system:gpu-scheduler", []string{"system:serviceaccounts", "system:authenticated"}, false, "not-a-scheduler-binding"},
+		{"binding by a scheduler group member", allocBinding, "kube-scheduler", []string{"system:authenticated", "gpu-schedulers"}, false, "not-a-scheduler-binding"},
+		{"binding by a scheduler user without groups", allocBinding, "sched", nil, false, "not-a-scheduler-binding"},
+		// Everyone else's Bindings reach the webhook, which refuses them.
+		{"binding by a user", allocBinding, "alice", []string{"system:authenticated"}, true, ""},
+		{"binding by a user without groups", allocBinding, "alice", nil, true, ""},
+		{"binding by no user name", allocBinding, "", []string{"system:unauthenticated"}, true, ""},
+		{"binding by no user name and no groups", allocBinding, "", nil, true, ""},
+		{"binding by a user named like a scheduler group", allocBinding, "gpu-schedulers", []string{"system:authenticated"}, true, ""},
+		{"binding by a member of a group named like a scheduler user", allocBinding, "alice", []string{"sched"}, true, ""},
+		{"binding by a user whose name has a scheduler user's as prefix", allocBinding, "sched2", []string{"system:authenticated"}, true, ""},
+		{"binding by the scheduler's name in another namespace", allocBinding, "system:serviceaccount:ml:gpu-scheduler", []string{"system:serviceaccounts"}, true, ""},
+		// The scheduler's other allocation writes are still sent: the webhook refuses a pod
+		// created with the allocation from anyone, and checks the values of an update.
+		{"pod create by the scheduler", podCreate, "sched", []string{"system:authenticated"}, true, ""},
+		{"pod create by a scheduler group member", podCreate, "kube-scheduler", []string{"system:kube-scheduler"}, true, ""},
+		{"pod update by the scheduler", podUpdate(""), "sched", nil, true, ""},
+		{"pods/status update by a scheduler group member", podUpdate("status"), "kube-scheduler", []string{"system:kube-scheduler"}, true, ""},
+		{"pod update by a user", podUpdate(""), "alice", []string{"system:authenticated"}, true, ""},
+		// Bindings without the allocation are skipped by writes-allocation, as before.
+		{"plain binding by a user", plainBinding, "alice", []string{"system:authenticated"}, false, "writes-allocation"},
+		{"plain binding by the scheduler", plainBinding, "sched", nil, false, "writes-allocation"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, old, gvk, sub, op := tc.req()
+			u := &user.DefaultInfo{Name: tc.user, Groups: tc.groups}
+			attr := admission.NewAttributesRecord(obj, old, gvk, "ml", "p", podsGVR, sub, op, nil, false, u)
+			va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: gvk, VersionedObject: obj, VersionedOldObject: old}
+			res := matcher.Match(context.Background(), va, nil, nil)
+			if res.Error != nil {
+				t.Fatalf("match conditions failed: %v", res.Error)
+			}
+			if res.Matches != tc.sent || res.FailedConditionName != tc.skippedBy {
+				t.Errorf("sent to the webhook = %v (skipped by %q), want %v (skipped by %q)", res.Matches, res.FailedConditionName, tc.sent, tc.skippedBy)
+			}
+			// For the Bindings that carry the allocation, skipped is exactly "the webhook's
+			// identity check says scheduler".
+			if _, isBinding := obj.(*corev1.Binding); isBinding && tc.skippedBy != "writes-allocation" {
+				scheduler := id.Matches(authenticationv1.UserInfo{Username: tc.user, Groups: tc.groups})
+				if res.Matches == scheduler {
+					t.Errorf("sent to the webhook = %v, but SchedulerIdentity.Matches = %v", res.Matches, scheduler)
+				}
+			}
+		})
+	}
+}
+
+func TestRenderSchedulerIdentity(t *testing.T) {
+	render := func(t *testing.T, id webhook.SchedulerIdentity) string {
+		t.Helper()
+		_, v, err := Render(Options{Namespace: "n", CABundle: []byte(testCA), URL: "https://x", Scheduler: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mc := v.Webhooks[0].MatchConditions
+		if len(mc) != 2 || mc[0].Name != "writes-allocation" || mc[0].Expression != MatchWritesAllocation || mc[1].Name != "not-a-scheduler-binding" {
+			t.Fatalf("match conditions %+v", mc)
+		}
+		return mc[1].Expression
+	}
+	for _, tc := range []struct {
+		name string
+		id   webhook.SchedulerIdentity
+		want string
+	}{
+		{"default", webhook.SchedulerIdentity{}, "request.kind.kind != 'Binding' || !((has(request.userInfo.username) && request.userInfo.username in ['" + webhook.DefaultSchedulerUser + "']))"},
+		{"users", webhook.SchedulerIdentity{Users: []string{"a", "b"}}, "request.kind.kind != 'Binding' || !((has(request.userInfo.username) && request.userInfo.username in ['a', 'b']))"},
+		{"groups only", webhook.SchedulerIdentity{Groups: []string{"g"}}, "request.kind.kind != 'Binding' || !((has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['g'])))"},
+		{"both", webhook.SchedulerIdentity{Users: []string{"u"}, Groups: []string{"g1", "g2"}}, "request.kind.kind != 'Binding' || !((has(request.userInfo.username) && request.userInfo.username in ['u']) || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['g1', 'g2'])))"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := render(t, tc.id); got != tc.want {
+				t.Errorf("condition\n%s\nwant\n%s", got, tc.want)
 			}
 		})
 	}
