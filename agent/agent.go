@@ -49,6 +49,11 @@ type Config struct {
 	// MinWriteInterval is the shortest time between two status writes, so that a burst of
 	// changes (a pod's leases) becomes one write. Default 1s; negative: none.
 	MinWriteInterval time.Duration
+	// UsageWriteInterval is the shortest time between two status writes when only inUseBy
+	// changed: usage is informational (the scheduler's leases are the lock), so a node that
+	// receives a burst of pods writes once per interval instead of once per pod. Default 5s;
+	// negative: MinWriteInterval.
+	UsageWriteInterval time.Duration
 	// RecoveryQuietPeriod is how long an answering GPU must stay free of critical events
 	// before an event fault clears. Default 5m.
 	RecoveryQuietPeriod time.Duration
@@ -81,6 +86,10 @@ func (c *Config) validate() error {
 		c.MinWriteInterval = time.Second
 	}
 	c.MinWriteInterval = max(c.MinWriteInterval, 0)
+	if c.UsageWriteInterval == 0 {
+		c.UsageWriteInterval = 5 * time.Second
+	}
+	c.UsageWriteInterval = max(c.UsageWriteInterval, 0)
 	def(&c.RecoveryQuietPeriod, 5*time.Minute)
 	def(&c.InitBackoff, 5*time.Second)
 	def(&c.MaxInitBackoff, 5*time.Minute)
@@ -128,7 +137,8 @@ func New(cfg Config) (*Agent, error) {
 		health: health.NewTracker(cfg.Clock, cfg.RecoveryQuietPeriod),
 		writer: status.NewWriter(status.Config{
 			Node: cfg.NodeName, GPUClient: cfg.GPUClient, KubeClient: cfg.KubeClient, Clock: cfg.Clock,
-			Heartbeat: cfg.HeartbeatInterval, MinInterval: cfg.MinWriteInterval, Limiter: cfg.WriteLimiter,
+			Heartbeat: cfg.HeartbeatInterval, MinInterval: cfg.MinWriteInterval,
+			UsageInterval: cfg.UsageWriteInterval, Limiter: cfg.WriteLimiter,
 		}),
 		poke:    make(chan struct{}, 1),
 		lost:    map[int]bool{},

@@ -48,6 +48,22 @@ func Same(a, b apiv1.GpuNodeStatusStatus) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
 
+// sameHardware tells whether two statuses differ at most in usage (inUseBy, free) and heartbeat.
+func sameHardware(a, b apiv1.GpuNodeStatusStatus) bool {
+	a.Free, b.Free = 0, 0
+	a.Devices, b.Devices = withoutUsage(a.Devices), withoutUsage(b.Devices)
+	return Same(a, b)
+}
+
+func withoutUsage(ds []apiv1.Device) []apiv1.Device {
+	out := make([]apiv1.Device, len(ds))
+	for i, d := range ds {
+		d.InUseBy = nil
+		out[i] = d
+	}
+	return out
+}
+
 // Config configures a Writer.
 type Config struct {
 	Node       string
@@ -60,6 +76,12 @@ type Config struct {
 	// MinInterval is the shortest time between two status writes: changes that come in a
 	// burst (a pod's leases) are written together.
 	MinInterval time.Duration
+	// UsageInterval is the shortest time between two writes when only usage (inUseBy, free)
+	// changed. The scheduler never reads usage from here (its leases are the lock), so usage
+	// can lag a little; health and hardware changes still go out after MinInterval. When a
+	// burst of pods lands on a node, this turns one write per pod into one per interval. Zero
+	// means MinInterval.
+	UsageInterval time.Duration
 	// Limiter, when set, is shared by every writer of a process (fleet mode) to cap writes.
 	Limiter flowcontrol.RateLimiter
 }
@@ -103,11 +125,15 @@ func (w *Writer) Load(ctx context.Context) error {
 	return nil
 }
 
-// Due is when Sync next has something to do for want: now when it differs from what was
-// written (or MinInterval after the last write), else the next heartbeat.
+// Due is when Sync next has something to do for want: MinInterval after the last write when
+// health or hardware differ from what was written, UsageInterval after it when only usage
+// does, else the next heartbeat.
 func (w *Writer) Due(want apiv1.GpuNodeStatusStatus) time.Time {
-	if w.last == nil || !Same(w.last.Status, want) {
+	if w.last == nil || !sameHardware(w.last.Status, want) {
 		return w.lastWrite.Add(w.cfg.MinInterval)
+	}
+	if !Same(w.last.Status, want) {
+		return w.lastWrite.Add(max(w.cfg.UsageInterval, w.cfg.MinInterval))
 	}
 	return w.last.Status.LastHeartbeatTime.Add(w.heartbeat)
 }

@@ -1,9 +1,17 @@
 package status_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/status"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -48,5 +56,49 @@ func TestLabels(t *testing.T) {
 	l := status.Labels([]apiv1.Device{{Product: "NVIDIA L40S"}, {Product: "NVIDIA L40S"}}, false)
 	if l[apiv1.LabelGPUProduct] != "NVIDIA-L40S" || l[apiv1.LabelGPUCount] != "2" || l[apiv1.LabelNVLink] != "false" {
 		t.Errorf("Labels: %v", l)
+	}
+}
+
+// Due waits UsageInterval after a write when only inUseBy changed, MinInterval when health
+// changed, and the heartbeat when nothing did.
+func TestDueSeparatesUsageFromHealth(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}}
+	w := status.NewWriter(status.Config{
+		Node: "n1", GPUClient: gpufake.NewSimpleClientset(), KubeClient: fake.NewSimpleClientset(node), Clock: clk,
+		Heartbeat: time.Hour, MinInterval: time.Second, UsageInterval: 5 * time.Second,
+	})
+	dev := func(h apiv1.Health, users ...string) []apiv1.Device {
+		return []apiv1.Device{{ID: 0, Health: h, InUseBy: users}, {ID: 1, Health: apiv1.Healthy}}
+	}
+	written := status.Summarize(dev(apiv1.Healthy), "")
+	if ok, err := w.Sync(context.Background(), node, written); err != nil || !ok {
+		t.Fatalf("first Sync wrote %v, %v", ok, err)
+	}
+	at := clk.Now()
+	for _, c := range []struct {
+		name string
+		want apiv1.GpuNodeStatusStatus
+		due  time.Time
+	}{
+		{"unchanged: next heartbeat", written, at.Add(w.HeartbeatInterval())},
+		{"only inUseBy changed", status.Summarize(dev(apiv1.Healthy, "pod-1"), ""), at.Add(5 * time.Second)},
+		{"health changed", status.Summarize(dev(apiv1.Unhealthy), ""), at.Add(time.Second)},
+		{"health and usage changed", status.Summarize(dev(apiv1.Unhealthy, "pod-1"), ""), at.Add(time.Second)},
+		{"message changed", status.Summarize(dev(apiv1.Healthy), "NVML failed"), at.Add(time.Second)},
+	} {
+		if got := w.Due(c.want); !got.Equal(c.due) {
+			t.Errorf("%s: Due = +%s, want +%s", c.name, got.Sub(at), c.due.Sub(at))
+		}
+	}
+	// A usage change is held back until its interval has passed, then written.
+	usage := status.Summarize(dev(apiv1.Healthy, "pod-1"), "")
+	clk.SetTime(at.Add(4 * time.Second))
+	if ok, _ := w.Sync(context.Background(), node, usage); ok {
+		t.Fatal("usage change written before UsageInterval")
+	}
+	clk.SetTime(at.Add(5 * time.Second))
+	if ok, err := w.Sync(context.Background(), node, usage); err != nil || !ok {
+		t.Fatalf("usage change not written after UsageInterval: %v, %v", ok, err)
 	}
 }

@@ -40,13 +40,13 @@ import (
 )
 
 type options struct {
-	nodeName, kubeconfig, leaseNamespace, listen string
-	heartbeat, probe, quiet, minWrite            time.Duration
-	fleet                                        bool
-	qps                                          float64
-	burst                                        int
-	fleetWriteQPS                                float64
-	fleetWriteBurst                              int
+	nodeName, kubeconfig, leaseNamespace, listen  string
+	heartbeat, probe, quiet, minWrite, usageWrite time.Duration
+	fleet                                         bool
+	qps                                           float64
+	burst                                         int
+	fleetWriteQPS                                 float64
+	fleetWriteBurst                               int
 }
 
 func main() {
@@ -61,6 +61,7 @@ func main() {
 	fs.DurationVar(&o.probe, "probe-interval", 30*time.Second, "How often every GPU is probed (lost, persistent faults, recovery).")
 	fs.DurationVar(&o.quiet, "recovery-quiet-period", 5*time.Minute, "How long an answering GPU must stay free of critical events before it is Healthy again.")
 	fs.DurationVar(&o.minWrite, "min-write-interval", time.Second, "Shortest time between two status writes of one node.")
+	fs.DurationVar(&o.usageWrite, "usage-write-interval", 5*time.Second, "Shortest time between two status writes of one node when only inUseBy changed (health changes go out after --min-write-interval).")
 	fs.BoolVar(&o.fleet, "fleet", false, "Simulate every node labelled gpu.scheduling/topology with its mock GPU topology.")
 	fs.Float64Var(&o.qps, "kube-api-qps", 20, "Client QPS to the API server (raise it with --fleet).")
 	fs.IntVar(&o.burst, "kube-api-burst", 40, "Client burst to the API server.")
@@ -98,7 +99,7 @@ func run(ctx context.Context, o options) error {
 	metrics.Register()
 	base := agent.Config{
 		KubeClient: kube, GPUClient: gpus,
-		ProbeInterval: o.probe, HeartbeatInterval: o.heartbeat, RecoveryQuietPeriod: o.quiet, MinWriteInterval: o.minWrite,
+		ProbeInterval: o.probe, HeartbeatInterval: o.heartbeat, RecoveryQuietPeriod: o.quiet, MinWriteInterval: o.minWrite, UsageWriteInterval: o.usageWrite,
 	}
 
 	mux := http.NewServeMux()

@@ -161,13 +161,16 @@ type ledger struct {
 	// claims maps "namespace/name" of a claim to the UID of the pod this scheduler has
 	// reserved it for, until the claim's status records the holder.
 	claims map[string]types.UID
+	// claimOf is the reverse of claims, so that forgetting a pod does not scan every claim.
+	claimOf map[types.UID]string
 }
 
 func newLedger() *ledger {
 	return &ledger{
 		nodes:  map[string]*nodeEntry{},
 		byPod:  map[types.UID]map[gpuRef]bool{},
-		claims: map[string]types.UID{},
+		claims:  map[string]types.UID{},
+		claimOf: map[types.UID]string{},
 	}
 }
 
@@ -390,10 +393,11 @@ func (c *ledger) forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.removeLocked(uid, "", nil, fromReservation|fromLease|fromPod)
-	for k, v := range c.claims {
-		if v == uid {
+	if k, ok := c.claimOf[uid]; ok {
+		if c.claims[k] == uid {
 			delete(c.claims, k)
 		}
+		delete(c.claimOf, uid)
 	}
 }
 
@@ -425,7 +429,14 @@ func (c *ledger) reserve(uid types.UID, claimKey, node string, req allocator.Req
 		return allocator.Result{}, err
 	}
 	c.addLocked(uid, node, res.IDs, req.Exclusivity == allocator.Shared, fromReservation)
+	if old, ok := c.claims[claimKey]; ok && old != uid {
+		delete(c.claimOf, old)
+	}
+	if prev, ok := c.claimOf[uid]; ok && prev != claimKey && c.claims[prev] == uid {
+		delete(c.claims, prev) // a pod serves one claim; its newest reservation wins
+	}
 	c.claims[claimKey] = uid
+	c.claimOf[uid] = claimKey
 	return res, nil
 }
 
@@ -436,6 +447,7 @@ func (c *ledger) unreserve(uid types.UID, claimKey string) {
 	c.removeLocked(uid, "", nil, fromReservation|fromLease)
 	if c.claims[claimKey] == uid {
 		delete(c.claims, claimKey)
+		delete(c.claimOf, uid)
 	}
 }
 

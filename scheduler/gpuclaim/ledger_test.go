@@ -137,3 +137,35 @@ func TestLedgerCandidates(t *testing.T) {
 		}
 	}
 }
+
+// forget drops the claim reservation of the forgotten pod only: a claim since reserved for a
+// newer pod stays with that pod.
+func TestLedgerForgetClearsOnlyItsClaim(t *testing.T) {
+	l := newLedger()
+	l.setStatus(seedStatus("a", time.Now()))
+	req := allocator.Request{Count: 1}
+	if _, err := l.reserve("old", "ns/c1", "a", req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.reserve("other", "ns/c2", "a", req); err != nil {
+		t.Fatal(err)
+	}
+	// The claim moves to a new pod (the old one is gone but not yet forgotten).
+	if _, err := l.reserve("new", "ns/c1", "a", req); err != nil {
+		t.Fatal(err)
+	}
+	l.forget("old")
+	if uid, ok := l.claimReservedFor("ns/c1"); !ok || uid != "new" {
+		t.Fatalf("forgetting the old pod dropped the new pod's reservation: %q %v", uid, ok)
+	}
+	l.forget("new")
+	if uid, ok := l.claimReservedFor("ns/c1"); ok {
+		t.Fatalf("claim still reserved for %q after its pod was forgotten", uid)
+	}
+	if uid, ok := l.claimReservedFor("ns/c2"); !ok || uid != "other" {
+		t.Fatalf("an unrelated claim lost its reservation: %q %v", uid, ok)
+	}
+	if len(l.claimOf) != 1 {
+		t.Fatalf("reverse index keeps %d entries, want 1 (pod other): %v", len(l.claimOf), l.claimOf)
+	}
+}

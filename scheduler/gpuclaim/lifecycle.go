@@ -3,6 +3,7 @@ package gpuclaim
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -26,6 +27,12 @@ type podRef struct {
 // deleted while no scheduler ran, leases written by a scheduler that died mid-attempt).
 const orphanScanInterval = 30 * time.Second
 
+// releaseWorkers release pods' GPUs in parallel. When a large job ends, thousands of pods go
+// at once; one worker deleting their leases one API call at a time left the freed GPUs
+// unusable for minutes (26,000 leases on the 5,000-node simulation). The queue never hands
+// one pod to two workers at a time.
+const releaseWorkers = 16
+
 func (p *Plugin) enqueueRelease(ref podRef) {
 	p.releaseMu.Lock()
 	p.releases[ref.UID] = ref
@@ -39,8 +46,14 @@ func (p *Plugin) runLifecycle(ctx context.Context) {
 		p.releaseQueue.ShutDown()
 	}()
 	go wait.UntilWithContext(ctx, p.collectOrphans, orphanScanInterval)
-	for p.releaseNext(ctx) {
+	var wg sync.WaitGroup
+	for range releaseWorkers {
+		wg.Go(func() {
+			for p.releaseNext(ctx) {
+			}
+		})
 	}
+	wg.Wait()
 }
 
 func (p *Plugin) releaseNext(ctx context.Context) bool {
