@@ -210,15 +210,6 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 			return nil, err
 		}
 	}
-	if err := c.WaitNodesReady(ctx, labels.SelectorFromSet(labels.Set{cluster.LabelKwokType: "kwok"}), nodes, 5*time.Minute); err != nil {
-		if external {
-			return nil, fmt.Errorf("%w (does the cluster run kwok? make it with \"kwokctl create cluster\" or \"gpu-sim cluster up\")", err)
-		}
-		return nil, err
-	}
-	if err := waitServiceAccount(ctx, cs, ns); err != nil {
-		return nil, err
-	}
 
 	// The recorder's clock starts now; the workload's offsets are taken from t0 below.
 	rec := newRecorder(time.Now())
@@ -227,15 +218,15 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	if err := rec.watch(watchCtx, cs, gcs, ns); err != nil {
 		return nil, err
 	}
+	// The rest of the setup overlaps with kwok making the nodes Ready (at 5,000 nodes that
+	// takes a minute or more): the agents need only the Node objects, and the claims, webhook
+	// and scheduler need no node at all. Only the workload waits for all of it.
 	bar.phase("starting the agent fleet")
 	fleetCtx, stopFleet := context.WithCancel(ctx)
 	defer stopFleet() // before the cluster stops (defers run last-in first-out)
 	fleet, err := o.StartFleet(fleetCtx, c)
 	if err != nil {
 		return nil, err
-	}
-	if err := waitFor(ctx, 3*time.Minute, func() bool { return rec.statusCount() >= nodes }); err != nil {
-		return nil, fmt.Errorf("waiting for the agent fleet to publish %d GpuNodeStatus objects (have %d): %w", nodes, rec.statusCount(), err)
 	}
 	plan := scenario.Expand(s)
 	var sched *launch.Scheduler
@@ -252,6 +243,20 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		if err := createClaims(ctx, gcs, plan, ns, run); err != nil {
 			return nil, err
 		}
+	}
+	bar.phase("waiting for the nodes to be Ready")
+	if err := c.WaitNodesReady(ctx, labels.SelectorFromSet(labels.Set{cluster.LabelKwokType: "kwok"}), nodes, 5*time.Minute); err != nil {
+		if external {
+			return nil, fmt.Errorf("%w (does the cluster run kwok? make it with \"kwokctl create cluster\" or \"gpu-sim cluster up\")", err)
+		}
+		return nil, err
+	}
+	if err := waitServiceAccount(ctx, cs, ns); err != nil {
+		return nil, err
+	}
+	bar.phase("waiting for the agents' GpuNodeStatus")
+	if err := waitFor(ctx, 3*time.Minute, func() bool { return rec.statusCount() >= nodes }); err != nil {
+		return nil, fmt.Errorf("waiting for the agent fleet to publish %d GpuNodeStatus objects (have %d): %w", nodes, rec.statusCount(), err)
 	}
 	res.Setup = time.Since(began)
 
@@ -364,23 +369,15 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 
 	// Clean up and count the leases that outlive their pods.
 	t := time.Now()
+	if stock && !external {
+		// The stock run's cluster is thrown away with everything in it, and it has no leases to
+		// count: deleting its pods one by one would only add minutes to a large scenario.
+		res.Teardown = time.Since(t)
+		return res, nil
+	}
 	bar.phase("deleting the workload")
-	byRun := metav1.ListOptions{LabelSelector: LabelRun + "=" + run}
-	// One DeleteCollection of 10,000 pods can outlast the apiserver's request timeout (seen on
-	// scale-5k as an HTTP/2 stream error) after deleting part of them, so repeat it until the
-	// pods are gone; only a deadline with pods left is an error.
-	var lastErr error
-	gone := waitFor(ctx, 5*time.Minute, func() bool {
-		// Grace 0: the pods are fake, and waiting for kwok to finish 10,000 graceful deletions
-		// took longer than the run itself; the scheduler sees the deletes either way.
-		if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zeroGrace}, byRun); err != nil {
-			lastErr = err
-		}
-		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: byRun.LabelSelector, Limit: 1})
-		return err == nil && len(l.Items) == 0
-	})
-	if gone != nil {
-		return nil, fmt.Errorf("deleting the workload pods in %s: %w (last delete error: %v)", ns, gone, lastErr)
+	if err := deleteWorkload(ctx, cs, ns, run, plan); err != nil {
+		return nil, err
 	}
 	if !stock {
 		_ = waitFor(ctx, 3*time.Minute, func() bool {
@@ -392,6 +389,37 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	res.Teardown = time.Since(t)
 	bar.phase("")
 	return res, nil
+}
+
+// deleteWorkload deletes the run's pods with grace 0 (they are fake, and waiting for kwok to
+// finish 10,000 graceful deletions took longer than the run itself; the scheduler sees the
+// deletes either way): by name from many workers, which is several times faster than one
+// DeleteCollection (the apiserver deletes a collection's items one after another, and one
+// call for 10,000 pods outlasted its request timeout on scale-5k), then with DeleteCollection
+// until no pod of the run is left, for pods the plan does not name.
+func deleteWorkload(ctx context.Context, cs kubernetes.Interface, ns, run string, plan []scenario.PodPlan) error {
+	opts := metav1.DeleteOptions{GracePeriodSeconds: &zeroGrace}
+	_ = parallel(ctx, len(plan), 64, func(ctx context.Context, i int) error {
+		// Errors are not fatal here: the sweep below retries whatever is left.
+		_ = cs.CoreV1().Pods(ns).Delete(ctx, plan[i].Name, opts)
+		return nil
+	})
+	byRun := metav1.ListOptions{LabelSelector: LabelRun + "=" + run}
+	var lastErr error
+	gone := waitFor(ctx, 5*time.Minute, func() bool {
+		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: byRun.LabelSelector, Limit: 1})
+		if err == nil && len(l.Items) == 0 {
+			return true
+		}
+		if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, opts, byRun); err != nil {
+			lastErr = err
+		}
+		return false
+	})
+	if gone != nil {
+		return fmt.Errorf("deleting the workload pods in %s: %w (last delete error: %v)", ns, gone, lastErr)
+	}
+	return nil
 }
 
 // attach takes an existing cluster: it checks the run can own its nodes there and records what
