@@ -167,8 +167,8 @@ type ledger struct {
 
 func newLedger() *ledger {
 	return &ledger{
-		nodes:  map[string]*nodeEntry{},
-		byPod:  map[types.UID]map[gpuRef]bool{},
+		nodes:   map[string]*nodeEntry{},
+		byPod:   map[types.UID]map[gpuRef]bool{},
 		claims:  map[string]types.UID{},
 		claimOf: map[types.UID]string{},
 	}
