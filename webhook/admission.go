@@ -24,6 +24,11 @@ var (
 	errEmptyReview = errors.New("AdmissionReview has no request")
 )
 
+// bindingsResource is the older namespaced bindings resource
+// (POST /api/v1/namespaces/{ns}/bindings). The apiserver binds through the same code as for
+// pods/binding and copies the Binding's annotations onto the pod.
+var bindingsResource = metav1.GroupVersionResource{Version: "v1", Resource: "bindings"}
+
 // Admitter decides admission requests. It holds no state besides its configuration and is
 // safe for concurrent use.
 type Admitter struct {
@@ -103,14 +108,14 @@ func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest
 
 // Validate answers a /validate request.
 func (a *Admitter) Validate(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, Outcome) {
-	if req.Resource != podsResource {
-		return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate: expected resource pods, got %s", resourceString(req.Resource))), Outcome{}
+	if req.Resource != podsResource && req.Resource != bindingsResource {
+		return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate: expected resource pods or bindings, got %s", resourceString(req.Resource))), Outcome{}
 	}
 	var d Decision
 	switch {
-	case req.SubResource == "binding" && req.Operation == admissionv1.Create:
+	case isBinding(req) && req.Operation == admissionv1.Create:
 		if req.Kind != bindingKind {
-			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate pods/binding: expected a v1 Binding, got %s", kindString(req.Kind))), Outcome{}
+			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate %s: expected a v1 Binding, got %s", bindingPath(req), kindString(req.Kind))), Outcome{}
 		}
 		b := &corev1.Binding{}
 		if err := decodeObject(req.Object.Raw, b); err != nil {
@@ -118,7 +123,7 @@ func (a *Admitter) Validate(ctx context.Context, req *admissionv1.AdmissionReque
 		}
 		fillNamespace(&b.ObjectMeta, req)
 		d = ValidateBinding(b, req.UserInfo, a.Scheduler)
-	case (req.SubResource == "" || req.SubResource == "status") && (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
+	case req.Resource == podsResource && (req.SubResource == "" || req.SubResource == "status") && (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
 		if req.Kind != podKind {
 			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate: expected a v1 Pod, got %s", kindString(req.Kind))), Outcome{}
 		}
@@ -144,7 +149,7 @@ func (a *Admitter) Validate(ctx context.Context, req *admissionv1.AdmissionReque
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Outcome{}
 	}
 	klog.FromContext(ctx).V(2).Info("Denied a write of the GPU allocation", "pod", klog.KRef(req.Namespace, req.Name),
-		"subresource", req.SubResource, "operation", req.Operation, "user", req.UserInfo.Username, "reason", d.Reason)
+		"resource", req.Resource.Resource, "subresource", req.SubResource, "operation", req.Operation, "user", req.UserInfo.Username, "reason", d.Reason)
 	return &admissionv1.AdmissionResponse{
 		UID:     req.UID,
 		Allowed: false,
@@ -155,6 +160,22 @@ func (a *Admitter) Validate(ctx context.Context, req *admissionv1.AdmissionReque
 			Message: d.Message,
 		},
 	}, Outcome{DenyReason: d.Reason}
+}
+
+// isBinding reports whether req posts a Binding: to pods/binding, or to the older namespaced
+// bindings resource, which the apiserver handles alike (both copy the Binding's annotations onto
+// the pod), so the webhook judges both alike.
+func isBinding(req *admissionv1.AdmissionRequest) bool {
+	return (req.Resource == podsResource && req.SubResource == "binding") ||
+		(req.Resource == bindingsResource && req.SubResource == "")
+}
+
+// bindingPath names the resource a Binding was posted to, for messages.
+func bindingPath(req *admissionv1.AdmissionRequest) string {
+	if req.Resource == bindingsResource {
+		return "bindings"
+	}
+	return "pods/binding"
 }
 
 func decodeObject(raw []byte, into any) error {
@@ -187,7 +208,7 @@ func fillNamespace(meta *metav1.ObjectMeta, req *admissionv1.AdmissionRequest) {
 	if meta.Namespace == "" {
 		meta.Namespace = req.Namespace
 	}
-	if meta.Name == "" && req.SubResource == "binding" {
+	if meta.Name == "" && isBinding(req) {
 		meta.Name = req.Name
 	}
 }

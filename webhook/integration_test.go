@@ -175,6 +175,8 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "update", "patch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"update", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+			// The older namespaced bindings resource: the same apiserver code as pods/binding.
+			{APIGroups: []string{""}, Resources: []string{"bindings"}, Verbs: []string{"create"}},
 		},
 	}
 	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
@@ -234,6 +236,13 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 	scheduler := clientAs(t, restCfg, schedulerUser, nil)
 	schedulerMember := clientAs(t, restCfg, "kube-scheduler-itest", nil, schedulerGroup)
 	pods := user.CoreV1().Pods(testNamespace)
+
+	// legacyBind posts a Binding to the older namespaced bindings resource
+	// (POST /api/v1/namespaces/{ns}/bindings) rather than to pods/binding: the apiserver runs
+	// the same binding code and copies the Binding's annotations onto the pod.
+	legacyBind := func(c kubernetes.Interface, b *corev1.Binding) error {
+		return c.CoreV1().RESTClient().Post().Namespace(testNamespace).Resource("bindings").Body(b).Do(ctx).Error()
+	}
 
 	wantEnv := webhook.EnvModeCUDA.Env()
 	denied := func(t *testing.T, err error, message string) {
@@ -388,6 +397,9 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 		}
 		err = pods.Bind(ctx, b, metav1.CreateOptions{})
 		denied(t, err, `user "alice" may not bind pod `+testNamespace+`/unbound with annotation gpu.scheduling/gpu-ids: only the gpu-scheduler writes the GPU allocation`)
+		// The same Binding through the bindings resource gets the same answer.
+		err = legacyBind(user, b)
+		denied(t, err, `user "alice" may not bind pod `+testNamespace+`/unbound with annotation gpu.scheduling/gpu-ids: only the gpu-scheduler writes the GPU allocation`)
 
 		stored, err := admin.CoreV1().Pods(testNamespace).Get(ctx, "bound", metav1.GetOptions{})
 		if err != nil {
@@ -410,6 +422,28 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("the scheduler binds with the allocation through the bindings resource", func(t *testing.T) {
+		if _, err := pods.Create(ctx, gpuPod("legacy-bound", container("c")), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		b := &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: "legacy-bound", Annotations: map[string]string{
+				gpuv1.AnnotationAllocated: "gpu-node-0:1", gpuv1.AnnotationGPUIDs: "1",
+			}},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "gpu-node-0"},
+		}
+		if err := legacyBind(scheduler, b); err != nil {
+			t.Fatalf("bind through bindings as the scheduler: %v", err)
+		}
+		stored, err := admin.CoreV1().Pods(testNamespace).Get(ctx, "legacy-bound", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Spec.NodeName != "gpu-node-0" || stored.Annotations[gpuv1.AnnotationGPUIDs] != "1" {
+			t.Errorf("node %q annotations %v after the scheduler's Binding", stored.Spec.NodeName, stored.Annotations)
+		}
+	})
+
 	t.Run("with the webhook down only GPU pods and allocation writes are blocked", func(t *testing.T) {
 		stop()
 		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-2"}, Spec: corev1.PodSpec{Containers: []corev1.Container{container("nginx")}}}
@@ -427,7 +461,7 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 
 		// The scheduler's Bindings are not sent to the webhook at all (the not-a-scheduler-binding
 		// match condition), so they succeed with it down; a user's still need it.
-		for i, name := range []string{"late-0", "late-1", "late-2"} {
+		for i, name := range []string{"late-0", "late-1", "late-2", "late-3", "late-4"} {
 			// Created without the mutating webhook: a pod that asks for no GPU by itself.
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{container("c")}}}
 			if _, err := admin.CoreV1().Pods(testNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -452,6 +486,16 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 				err := pods.Bind(ctx, b, metav1.CreateOptions{})
 				if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
 					t.Errorf("a user's Binding with the allocation was not sent to the (stopped) webhook: %v", err)
+				}
+				continue
+			case 3:
+				if err := legacyBind(scheduler, b); err != nil {
+					t.Errorf("the scheduler's Binding through the bindings resource needed the stopped webhook: %v", err)
+				}
+			case 4:
+				err := legacyBind(user, b)
+				if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+					t.Errorf("a user's Binding with the allocation through the bindings resource was not sent to the (stopped) webhook: %v", err)
 				}
 				continue
 			}

@@ -195,6 +195,16 @@ func request(t testing.TB, op admissionv1.Operation, sub string, kind string, us
 	}
 }
 
+// onBindings is req, a pods/binding request, as the apiserver sends it when the Binding is
+// posted to the older namespaced bindings resource instead: resource bindings, no subresource,
+// the Binding's name as the request's name.
+func onBindings(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRequest {
+	r := req.DeepCopy()
+	r.Resource = metav1.GroupVersionResource{Version: "v1", Resource: "bindings"}
+	r.SubResource = ""
+	return r
+}
+
 func TestAdmitterValidate(t *testing.T) {
 	a := &Admitter{Mode: EnvModeCUDA, Scheduler: testScheduler}
 	bound := annotated(alloc, "node-a:0,1", ids, "0,1")
@@ -223,6 +233,17 @@ func TestAdmitterValidate(t *testing.T) {
 		{name: "binding by a user", req: request(t, admissionv1.Create, "binding", "Binding", alice, bindingWith("node-a", map[string]string{ids: "0"}), nil),
 			wantCode: http.StatusForbidden, wantReason: ReasonBinding,
 			wantMessage: `user "alice" may not bind pod ml/train with annotation gpu.scheduling/gpu-ids: only the gpu-scheduler writes the GPU allocation`},
+		{name: "binding through the bindings resource by the scheduler", req: onBindings(request(t, admissionv1.Create, "binding", "Binding", schedulerUser, bindingWith("node-a", bound), nil)), wantAllowed: true},
+		{name: "binding through the bindings resource by a user", req: onBindings(request(t, admissionv1.Create, "binding", "Binding", alice, bindingWith("node-a", map[string]string{ids: "0"}), nil)),
+			wantCode: http.StatusForbidden, wantReason: ReasonBinding,
+			wantMessage: `user "alice" may not bind pod ml/train with annotation gpu.scheduling/gpu-ids: only the gpu-scheduler writes the GPU allocation`},
+		{name: "binding through the bindings resource sent as a Pod", req: onBindings(request(t, admissionv1.Create, "binding", "Pod", alice, podWith("", nil), nil)),
+			wantCode: http.StatusBadRequest, wantMessage: "validate bindings: expected a v1 Binding, got /v1, Kind=Pod"},
+		{name: "another resource", req: func() *admissionv1.AdmissionRequest {
+			r := request(t, admissionv1.Create, "", "Deployment", alice, podWith("", nil), nil)
+			r.Kind.Group, r.Resource.Group, r.Resource.Resource = "apps", "apps", "deployments"
+			return r
+		}(), wantCode: http.StatusBadRequest, wantMessage: "validate: expected resource pods or bindings, got apps/v1, Resource=deployments"},
 		{name: "delete is not judged", req: request(t, admissionv1.Delete, "", "Pod", alice, nil, podWith("", bound)), wantAllowed: true},
 		{name: "binding sent as a Pod", req: request(t, admissionv1.Create, "binding", "Pod", alice, podWith("", nil), nil),
 			wantCode: http.StatusBadRequest, wantMessage: "validate pods/binding: expected a v1 Binding, got /v1, Kind=Pod"},
@@ -251,6 +272,45 @@ func TestAdmitterValidate(t *testing.T) {
 			}
 			if resp.Result == nil || resp.Result.Code != tc.wantCode || resp.Result.Message != tc.wantMessage {
 				t.Errorf("result = %+v, want code %d message %q", resp.Result, tc.wantCode, tc.wantMessage)
+			}
+		})
+	}
+}
+
+// TestAdmitterValidateBindingsResource checks that a Binding posted to the older namespaced
+// bindings resource gets exactly the answer it gets through pods/binding: the apiserver binds
+// through the same code for both and copies the Binding's annotations onto the pod.
+func TestAdmitterValidateBindingsResource(t *testing.T) {
+	a := &Admitter{Mode: EnvModeCUDA, Scheduler: testScheduler}
+	bound := annotated(alloc, "node-a:0,1", ids, "0,1")
+	unnamed := bindingWith("node-a", map[string]string{alloc: "node-a:0"})
+	unnamed.Name, unnamed.Namespace = "", ""
+	notJSONObject := request(t, admissionv1.Create, "binding", "Binding", alice, nil, nil)
+	notJSONObject.Object.Raw = []byte(`{"metadata":7}`)
+	for _, tc := range []struct {
+		name string
+		req  *admissionv1.AdmissionRequest
+	}{
+		{"scheduler with the allocation", request(t, admissionv1.Create, "binding", "Binding", schedulerUser, bindingWith("node-a", bound), nil)},
+		{"scheduler group member with the allocation", request(t, admissionv1.Create, "binding", "Binding", groupUser, bindingWith("node-a", bound), nil)},
+		{"scheduler to another node than the allocation names", request(t, admissionv1.Create, "binding", "Binding", schedulerUser, bindingWith("node-b", bound), nil)},
+		{"scheduler with IDs that do not parse", request(t, admissionv1.Create, "binding", "Binding", schedulerUser, bindingWith("node-a", map[string]string{ids: "x"}), nil)},
+		{"user with the allocation", request(t, admissionv1.Create, "binding", "Binding", alice, bindingWith("node-a", bound), nil)},
+		{"user with IDs only", request(t, admissionv1.Create, "binding", "Binding", alice, bindingWith("node-a", map[string]string{ids: "0"}), nil)},
+		{"user without user name", request(t, admissionv1.Create, "binding", "Binding", authenticationv1.UserInfo{}, bindingWith("node-a", bound), nil)},
+		{"user without the allocation", request(t, admissionv1.Create, "binding", "Binding", alice, bindingWith("node-a", annotated()), nil)},
+		{"object without name and namespace", request(t, admissionv1.Create, "binding", "Binding", alice, unnamed, nil)},
+		{"no object", request(t, admissionv1.Create, "binding", "Binding", alice, nil, nil)},
+		{"object that does not decode", notJSONObject},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, wantOut := a.Validate(context.Background(), tc.req)
+			got, gotOut := a.Validate(context.Background(), onBindings(tc.req))
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("response through bindings differs from pods/binding (-pods/binding +bindings):\n%s", diff)
+			}
+			if gotOut != wantOut {
+				t.Errorf("outcome through bindings %+v, through pods/binding %+v", gotOut, wantOut)
 			}
 		})
 	}

@@ -152,8 +152,8 @@ var (
 )
 
 // matchNotSchedulerBinding is the condition that keeps the scheduler's Bindings away from
-// /validate: false for a Binding (pods/binding CREATE) by one of users or a member of one of
-// groups, true for every other request.
+// /validate: false for a Binding (pods/binding or bindings CREATE; request.kind is Binding for
+// both) by one of users or a member of one of groups, true for every other request.
 //
 // The scheduler posts one Binding with the allocation annotations for every pod it places, and
 // the webhook allows the scheduler's Bindings: that was one HTTPS call from the apiserver per
@@ -233,7 +233,8 @@ func Render(o Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *
 	nsSelector := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: NamespaceNameLabel, Operator: metav1.LabelSelectorOpNotIn, Values: dedupe(excluded),
 	}}}
-	podRule := func(ops []admissionregistrationv1.OperationType, resource string) admissionregistrationv1.RuleWithOperations {
+	// coreRule matches a namespaced resource of the core group, v1.
+	coreRule := func(ops []admissionregistrationv1.OperationType, resource string) admissionregistrationv1.RuleWithOperations {
 		return admissionregistrationv1.RuleWithOperations{
 			Operations: ops,
 			Rule: admissionregistrationv1.Rule{
@@ -252,9 +253,9 @@ func Render(o Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *
 			Name:         MutatingWebhookName,
 			ClientConfig: o.clientConfig(webhook.PathMutate),
 			Rules: []admissionregistrationv1.RuleWithOperations{
-				podRule(create, "pods"),
+				coreRule(create, "pods"),
 				// kubectl debug adds ephemeral containers through this subresource.
-				podRule(update, "pods/ephemeralcontainers"),
+				coreRule(update, "pods/ephemeralcontainers"),
 			},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
@@ -275,11 +276,15 @@ func Render(o Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *
 			Name:         ValidatingWebhookName,
 			ClientConfig: o.clientConfig(webhook.PathValidate),
 			Rules: []admissionregistrationv1.RuleWithOperations{
-				podRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, "pods"),
+				coreRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, "pods"),
 				// pods/status can change metadata too (the status strategy keeps annotations).
-				podRule(update, "pods/status"),
+				coreRule(update, "pods/status"),
 				// The apiserver copies a Binding's annotations onto the pod.
-				podRule(create, "pods/binding"),
+				coreRule(create, "pods/binding"),
+				// The older namespaced bindings resource (POST /api/v1/namespaces/{ns}/bindings)
+				// runs the same binding code, annotations included, and is no equivalent of
+				// pods/binding for matchPolicy: it needs its own rule.
+				coreRule(create, "bindings"),
 			},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	apiservercel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	apiserverwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/kubernetes/pkg/apis/admissionregistration"
@@ -262,30 +263,40 @@ func TestSchedulerBindingSkipsWebhook(t *testing.T) {
 
 	alloc := map[string]string{gpuv1.AnnotationAllocated: "n:0", gpuv1.AnnotationGPUIDs: "0"}
 	podsGVR := corev1.SchemeGroupVersion.WithResource("pods")
-	binding := func(annotations map[string]string) (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
+	type attrs struct {
+		obj, old runtime.Object
+		gvk      schema.GroupVersionKind
+		gvr      schema.GroupVersionResource
+		sub      string
+		op       admission.Operation
+	}
+	type request = func() attrs
+	// binding posts a Binding to pods/binding, or with legacy to the older namespaced bindings
+	// resource, which the apiserver admits as resource bindings, no subresource, kind Binding.
+	binding := func(annotations map[string]string, legacy bool) attrs {
 		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: annotations}, Target: corev1.ObjectReference{Kind: "Node", Name: "n"}}
-		return b, nil, corev1.SchemeGroupVersion.WithKind("Binding"), "binding", admission.Create
+		if legacy {
+			return attrs{b, nil, corev1.SchemeGroupVersion.WithKind("Binding"), corev1.SchemeGroupVersion.WithResource("bindings"), "", admission.Create}
+		}
+		return attrs{b, nil, corev1.SchemeGroupVersion.WithKind("Binding"), podsGVR, "binding", admission.Create}
 	}
-	podCreate := func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
+	podCreate := func() attrs {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: alloc}}
-		return p, nil, corev1.SchemeGroupVersion.WithKind("Pod"), "", admission.Create
+		return attrs{p, nil, corev1.SchemeGroupVersion.WithKind("Pod"), podsGVR, "", admission.Create}
 	}
-	podUpdate := func(sub string) func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
-		return func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
+	podUpdate := func(sub string) request {
+		return func() attrs {
 			old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: alloc}}
 			p := old.DeepCopy()
 			p.Annotations = map[string]string{gpuv1.AnnotationAllocated: "n:1", gpuv1.AnnotationGPUIDs: "1"}
-			return p, old, corev1.SchemeGroupVersion.WithKind("Pod"), sub, admission.Update
+			return attrs{p, old, corev1.SchemeGroupVersion.WithKind("Pod"), podsGVR, sub, admission.Update}
 		}
 	}
-	allocBinding := func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
-		return binding(alloc)
-	}
-	plainBinding := func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation) {
-		return binding(nil)
-	}
+	allocBinding := func() attrs { return binding(alloc, false) }
+	plainBinding := func() attrs { return binding(nil, false) }
+	allocLegacyBinding := func() attrs { return binding(alloc, true) }
+	plainLegacyBinding := func() attrs { return binding(nil, true) }
 
-	type request = func() (runtime.Object, runtime.Object, schema.GroupVersionKind, string, admission.Operation)
 	tests := []struct {
 		name      string
 		req       request
@@ -308,6 +319,12 @@ func TestSchedulerBindingSkipsWebhook(t *testing.T) {
 		{"binding by a member of a group named like a scheduler user", allocBinding, "alice", []string{"sched"}, true, ""},
 		{"binding by a user whose name has a scheduler user's as prefix", allocBinding, "sched2", []string{"system:authenticated"}, true, ""},
 		{"binding by the scheduler's name in another namespace", allocBinding, "system:serviceaccount:ml:gpu-scheduler", []string{"system:serviceaccounts"}, true, ""},
+		// The same through the older bindings resource.
+		{"bindings resource: binding by a scheduler user", allocLegacyBinding, "sched", []string{"system:authenticated"}, false, "not-a-scheduler-binding"},
+		{"bindings resource: binding by a scheduler group member", allocLegacyBinding, "kube-scheduler", []string{"system:authenticated", "gpu-schedulers"}, false, "not-a-scheduler-binding"},
+		{"bindings resource: binding by a user", allocLegacyBinding, "alice", []string{"system:authenticated"}, true, ""},
+		{"bindings resource: binding by no user name and no groups", allocLegacyBinding, "", nil, true, ""},
+		{"bindings resource: binding by a user named like a scheduler group", allocLegacyBinding, "gpu-schedulers", []string{"system:authenticated"}, true, ""},
 		// The scheduler's other allocation writes are still sent: the webhook refuses a pod
 		// created with the allocation from anyone, and checks the values of an update.
 		{"pod create by the scheduler", podCreate, "sched", []string{"system:authenticated"}, true, ""},
@@ -318,13 +335,24 @@ func TestSchedulerBindingSkipsWebhook(t *testing.T) {
 		// Bindings without the allocation are skipped by writes-allocation, as before.
 		{"plain binding by a user", plainBinding, "alice", []string{"system:authenticated"}, false, "writes-allocation"},
 		{"plain binding by the scheduler", plainBinding, "sched", nil, false, "writes-allocation"},
+		{"bindings resource: plain binding by a user", plainLegacyBinding, "alice", []string{"system:authenticated"}, false, "writes-allocation"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			obj, old, gvk, sub, op := tc.req()
+			a := tc.req()
+			obj := a.obj
 			u := &user.DefaultInfo{Name: tc.user, Groups: tc.groups}
-			attr := admission.NewAttributesRecord(obj, old, gvk, "ml", "p", podsGVR, sub, op, nil, false, u)
-			va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: gvk, VersionedObject: obj, VersionedOldObject: old}
+			attr := admission.NewAttributesRecord(a.obj, a.old, a.gvk, "ml", "p", a.gvr, a.sub, a.op, nil, false, u)
+			va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: a.gvk, VersionedObject: a.obj, VersionedOldObject: a.old}
+			// Every request here writes the allocation: a rule must match it, or the match
+			// conditions are never asked.
+			ruleMatches := false
+			for _, r := range v.Webhooks[0].Rules {
+				ruleMatches = ruleMatches || (&rules.Matcher{Rule: r, Attr: attr}).Matches()
+			}
+			if !ruleMatches {
+				t.Errorf("no rule of %s matches resource %s subresource %q %s", v.Webhooks[0].Name, a.gvr, a.sub, a.op)
+			}
 			res := matcher.Match(context.Background(), va, nil, nil)
 			if res.Error != nil {
 				t.Fatalf("match conditions failed: %v", res.Error)
