@@ -394,10 +394,13 @@ type ProcessInfo struct {
 	PID      int
 	Running  bool
 	RSSBytes int64
-	Log      string
+	// CPUSeconds is the CPU time (user + system) the process has used since it started.
+	CPUSeconds float64
+	Log        string
 }
 
-// Processes lists the components in start order with their PIDs and current resident memory.
+// Processes lists the components in start order with their PIDs, current resident memory and
+// CPU time used.
 func (c *Cluster) Processes() []ProcessInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -406,6 +409,7 @@ func (c *Cluster) Processes() []ProcessInfo {
 		info := ProcessInfo{Name: p.name, PID: p.pid, Running: p.running(), Log: p.logPath}
 		if info.Running {
 			info.RSSBytes, _ = rssBytes(p.pid)
+			info.CPUSeconds, _ = cpuSeconds(p.pid)
 		}
 		out = append(out, info)
 	}

@@ -266,5 +266,34 @@ func tailFile(path string, n int) string {
 // RSS returns the resident set size of a process in bytes.
 func RSS(pid int) (int64, error) { return rssBytes(pid) }
 
+// CPUSeconds is the user plus system CPU time a process has used so far.
+func CPUSeconds(pid int) (float64, error) { return cpuSeconds(pid) }
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every Linux ABI Go runs on.
+const clockTicks = 100
+
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("reading stat of pid %d: %w", pid, err)
+	}
+	// The command name (field 2) may hold spaces and parentheses: fields are counted from the
+	// last ')'. After it come state (3), ... utime (14) and stime (15).
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("parsing stat of pid %d: too few fields", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing stat of pid %d: %w", pid, err)
+		}
+		ticks += n
+	}
+	return float64(ticks) / clockTicks, nil
+}
+
 // TailFile returns the last n lines of a log file.
 func TailFile(path string, n int) string { return tailFile(path, n) }

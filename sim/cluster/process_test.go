@@ -118,3 +118,31 @@ func TestRSSAndTail(t *testing.T) {
 		t.Errorf("tail of missing file: %q", got)
 	}
 }
+
+// cpuSeconds grows while this process burns CPU, and agrees with the runtime's own account
+// within a tick or two.
+func TestCPUSeconds(t *testing.T) {
+	before, err := cpuSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ru1, ru2 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	x := 0
+	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+		x++
+	}
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru2)
+	after, err := cpuSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tv := func(a, b syscall.Timeval) float64 { return float64(b.Sec-a.Sec) + float64(b.Usec-a.Usec)/1e6 }
+	want := tv(ru1.Utime, ru2.Utime) + tv(ru1.Stime, ru2.Stime)
+	if got := after - before; got < want-0.05 || got > want+0.05 || got <= 0 {
+		t.Errorf("cpuSeconds grew by %.2fs over a busy loop; getrusage says %.2fs (%d)", got, want, x)
+	}
+	if _, err := cpuSeconds(1 << 30); err == nil {
+		t.Error("cpuSeconds of a pid that cannot exist: no error")
+	}
+}

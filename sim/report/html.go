@@ -153,6 +153,9 @@ th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-we
 <p class="note">Scheduling writes: pod bindings, GPU lease creates (conflicts included), GpuClaim writes and pod patches. Lease deletes (releases), the workload's own creates, kwok's status updates and node heartbeats, events and the agent's GpuNodeStatus writes are listed but not counted as scheduling writes.</p>
 <h2>Peak memory by process</h2>
 <div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table>{{range $k, $v := .PeakRSSByProcess}}<tr><td>{{$k}}</td><td>{{printf "%d MiB" (shift $v)}}</td></tr>{{end}}</table></div>{{end}}</div>
+<h2>CPU time during the workload by process</h2>
+<div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table>{{range $k, $v := .WorkloadCPUSeconds}}<tr><td>{{$k}}</td><td>{{printf "%.1f s" $v}}</td></tr>{{end}}<tr><th>all</th><th>{{printf "%.1f s" .WorkloadCPUTotal}}</th></tr></table></div>{{end}}</div>
+<p class="note">Everything runs on one machine, so a process's CPU time is taken from the others: on a small machine the kube-apiserver's CPU per bound pod bounds the throughput.</p>
 </body></html>
 `))
 

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/runner"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
@@ -159,6 +160,16 @@ func (r *Report) rows() [][]string {
 			return fmt.Sprint(x.LeasesLeft)
 		}},
 		{"peak RSS, all processes", func(x *runner.RunResult) string { return mib(x.PeakRSSBytes) }},
+		{"CPU in the workload: all / kube-apiserver", func(x *runner.RunResult) string {
+			return fmt.Sprintf("%.1fs / %.1fs", x.WorkloadCPUTotal, x.WorkloadCPUSeconds[cluster.ComponentAPIServer])
+		}},
+		{"CPU per bound pod: all / kube-apiserver", func(x *runner.RunResult) string {
+			if x.Metrics.Bound == 0 {
+				return "-"
+			}
+			b := float64(x.Metrics.Bound)
+			return fmt.Sprintf("%.1f ms / %.1f ms", 1000*x.WorkloadCPUTotal/b, 1000*x.WorkloadCPUSeconds[cluster.ComponentAPIServer]/b)
+		}},
 		{"setup / workload / teardown", func(x *runner.RunResult) string {
 			return dur(x.Setup) + " / " + dur(x.Workload) + " / " + dur(x.Teardown)
 		}},

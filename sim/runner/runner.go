@@ -90,10 +90,15 @@ type RunResult struct {
 	// PeakRSSBytes of all processes together (cluster, components and this one).
 	PeakRSSBytes     int64            `json:"peakRSSBytes"`
 	PeakRSSByProcess map[string]int64 `json:"peakRSSByProcess"`
-	CreateErrors     int64            `json:"createErrors"`
-	Setup            time.Duration    `json:"setup"`
-	Workload         time.Duration    `json:"workload"`
-	Teardown         time.Duration    `json:"teardown"`
+	// WorkloadCPUSeconds is the CPU time each process used while the workload ran (processes
+	// that exited before its end, such as a killed scheduler, are not counted), and
+	// WorkloadCPUTotal their sum: on a shared machine this says where the throughput went.
+	WorkloadCPUSeconds map[string]float64 `json:"workloadCPUSeconds"`
+	WorkloadCPUTotal   float64            `json:"workloadCPUTotal"`
+	CreateErrors       int64              `json:"createErrors"`
+	Setup              time.Duration      `json:"setup"`
+	Workload           time.Duration      `json:"workload"`
+	Teardown           time.Duration      `json:"teardown"`
 	// Unschedulable groups the last scheduler messages of pods never bound.
 	Unschedulable map[string]int `json:"unschedulable,omitempty"`
 	Notes         []string       `json:"notes,omitempty"`
@@ -276,6 +281,7 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 			pl.plan[i].DeleteAt += t0
 		}
 	}
+	cpuStart := markCPU(c)
 	wctx, cancelW := context.WithCancel(ctx)
 	defer cancelW()
 	var wg sync.WaitGroup
@@ -308,6 +314,10 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	}
 	end := rec.now()
 	res.Workload = end - t0
+	res.WorkloadCPUSeconds = cpuStart.until(markCPU(c))
+	for _, v := range res.WorkloadCPUSeconds {
+		res.WorkloadCPUTotal += v
+	}
 	bound, _ := rec.counts()
 	bar.last = time.Time{}
 	bar.update(bound, int(pl.created.Load()), total, end-t0)
@@ -559,6 +569,38 @@ func sampleRSS(ctx context.Context, c *cluster.Cluster, mu *sync.Mutex, res *Run
 		case <-tick.C:
 		}
 	}
+}
+
+// cpuMark is the CPU time used so far by each running process, by PID.
+type cpuMark map[int]cpuUse
+
+type cpuUse struct {
+	name    string
+	seconds float64
+}
+
+// markCPU reads the CPU time of the cluster's processes and of this one.
+func markCPU(c *cluster.Cluster) cpuMark {
+	m := cpuMark{}
+	for _, p := range c.Processes() {
+		if p.Running {
+			m[p.PID] = cpuUse{p.Name, p.CPUSeconds}
+		}
+	}
+	if self, err := cluster.CPUSeconds(os.Getpid()); err == nil {
+		m[os.Getpid()] = cpuUse{"gpu-sim", self}
+	}
+	return m
+}
+
+// until is the CPU time each process used between m and later, by name. A process started in
+// between counts from zero.
+func (m cpuMark) until(later cpuMark) map[string]float64 {
+	out := map[string]float64{}
+	for pid, u := range later {
+		out[u.name] += u.seconds - m[pid].seconds
+	}
+	return out
 }
 
 // copyLogs keeps the components' logs of a run next to its report.

@@ -2,7 +2,9 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,7 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -124,7 +129,11 @@ func parallel(ctx context.Context, n, workers int, f func(ctx context.Context, i
 func createClaims(ctx context.Context, gcs versioned.Interface, plan []scenario.PodPlan, ns, run string) error {
 	return parallel(ctx, len(plan), 32, func(ctx context.Context, i int) error {
 		c := buildClaim(plan[i], ns, run)
-		if _, err := gcs.GpuV1().GpuClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := retryTransient(ctx, func() error {
+			_, err := gcs.GpuV1().GpuClaims(ns).Create(ctx, c, metav1.CreateOptions{})
+			return err
+		})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating GpuClaim %s/%s: %w", ns, c.Name, err)
 		}
 		return nil
@@ -165,7 +174,15 @@ func (pl *player) sleepUntil(ctx context.Context, d time.Duration) error {
 func (pl *player) create(ctx context.Context, p scenario.PodPlan) {
 	pod := buildPod(p, pl.ns, pl.run, pl.stock)
 	pl.rec.created(p.Name, pl.rec.now())
-	if _, err := pl.cs.CoreV1().Pods(pl.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil && ctx.Err() == nil {
+	// The pod's clock starts at the first attempt, so a retry shows as latency.
+	err := retryTransient(ctx, func() error {
+		_, err := pl.cs.CoreV1().Pods(pl.ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
+	if apierrors.IsAlreadyExists(err) {
+		err = nil // an attempt that timed out on the client went through
+	}
+	if err != nil && ctx.Err() == nil {
 		if pl.createErrors.Add(1) <= 3 {
 			klog.FromContext(ctx).Error(err, "Creating a workload pod failed", "pod", klog.KObj(pod))
 		}
@@ -260,6 +277,27 @@ func sortByDelete(ps []scenario.PodPlan) {
 			ps[j], ps[j-1] = ps[j-1], ps[j]
 		}
 	}
+}
+
+// retryTransient retries f while it fails for reasons that say nothing about the request: an
+// overloaded apiserver (timeouts, 429, 5xx, a TLS handshake or connection that timed out or
+// was reset). At 5,000 nodes on two cores the apiserver is saturated for minutes, and one
+// such error used to end the whole run.
+func retryTransient(ctx context.Context, f func() error) error {
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 10 * time.Second}
+	return retry.OnError(backoff, func(err error) bool { return ctx.Err() == nil && transient(err) }, f)
+}
+
+func transient(err error) bool {
+	switch {
+	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err),
+		apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsUnexpectedServerError(err):
+		return true
+	case utilnet.IsConnectionReset(err), utilnet.IsConnectionRefused(err), utilnet.IsProbableEOF(err), utilnet.IsTimeout(err):
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() // "TLS handshake timeout" is one
 }
 
 // runID names one run's objects.
