@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ type runOptions struct {
 	noBaseline bool
 	reports    string
 	validate   bool
+	cpuProfile bool
 	// kubeconfig and baselineKubeconfig select existing clusters instead of fresh harness ones.
 	kubeconfig         string
 	baselineKubeconfig string
@@ -82,6 +84,18 @@ The exit status is 1 when an expectation of the scenario fails.`,
 				return fmt.Errorf("creating report directory %s: %w", dir, err)
 			}
 			ro.Progress, ro.LogDir = os.Stderr, dir
+			if o.cpuProfile {
+				// gpu-sim hosts the whole agent fleet: at 5,000 nodes its CPU matters.
+				f, err := os.Create(filepath.Join(dir, "gpu-sim.cpu.pprof"))
+				if err != nil {
+					return fmt.Errorf("creating the CPU profile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("starting the CPU profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			runs, err := runner.Run(cmd.Context(), ro)
 			if err != nil {
 				return fmt.Errorf("%w (component logs in %s)", err, dir)
@@ -104,6 +118,7 @@ The exit status is 1 when an expectation of the scenario fails.`,
 	cmd.Flags().BoolVar(&o.noBaseline, "no-baseline", false, "skip the stock kube-scheduler run")
 	cmd.Flags().StringVar(&o.reports, "reports", "reports", "directory for the reports")
 	cmd.Flags().BoolVar(&o.validate, "validate", false, "only load and validate the scenario")
+	cmd.Flags().BoolVar(&o.cpuProfile, "cpuprofile", false, "write a CPU profile of gpu-sim itself (which runs the agent fleet) to gpu-sim.cpu.pprof in the report directory")
 	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "run against this existing cluster (it must run kwok) instead of starting a local control plane")
 	cmd.Flags().StringVar(&o.baselineKubeconfig, "baseline-kubeconfig", "", "with --kubeconfig: run the stock baseline on this second existing cluster (default: the same cluster, after cleanup)")
 	return cmd

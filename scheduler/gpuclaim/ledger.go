@@ -45,24 +45,31 @@ type nodeEntry struct {
 	// sum is recomputed on every change of base or holds, so that PreFilter can scan
 	// thousands of nodes without building an allocator view of each.
 	sum nodeSummary
+	// view is base with every hold applied, rebuilt with sum. Filter and Score read it for
+	// hundreds of nodes per pod, so it is shared, never copied per call: read-only.
+	view *allocator.Node
 }
 
 // islandSummary lists the bandwidths of an island's GPUs that an Exclusive request (free) or a
-// Shared request (shareable) could take.
+// Shared request (shareable) could take, and the lowest of each list (-1 when empty), so that
+// a request without a bandwidth floor above it is judged without walking the lists.
 type islandSummary struct {
-	free, shareable []int
+	free, shareable       []int
+	minFree, minShareable int
 }
 
 type nodeSummary struct {
 	islands []islandSummary
 }
 
-// recompute refreshes e.sum from e.base and e.holds.
+// recompute refreshes e.sum and e.view from e.base and e.holds.
 func (e *nodeEntry) recompute() {
 	e.sum.islands = e.sum.islands[:0]
+	e.view = nil
 	if e.base == nil {
 		return
 	}
+	e.view = e.applyHolds("")
 	idx := map[string]int{}
 	for i := range e.base.GPUs {
 		g := &e.base.GPUs[i]
@@ -90,11 +97,46 @@ func (e *nodeEntry) recompute() {
 		if exclusive {
 			continue
 		}
-		e.sum.islands[j].shareable = append(e.sum.islands[j].shareable, g.BandwidthGBps)
+		is := &e.sum.islands[j]
+		is.shareable = append(is.shareable, g.BandwidthGBps)
 		if !shared {
-			e.sum.islands[j].free = append(e.sum.islands[j].free, g.BandwidthGBps)
+			is.free = append(is.free, g.BandwidthGBps)
 		}
 	}
+	for i := range e.sum.islands {
+		is := &e.sum.islands[i]
+		is.minFree, is.minShareable = minOf(is.free), minOf(is.shareable)
+	}
+}
+
+func minOf(xs []int) int {
+	if len(xs) == 0 {
+		return -1
+	}
+	m := xs[0]
+	for _, x := range xs[1:] {
+		m = min(m, x)
+	}
+	return m
+}
+
+// applyHolds returns a copy of base with the holds of every pod but self applied.
+func (e *nodeEntry) applyHolds(self types.UID) *allocator.Node {
+	n := e.base.Clone()
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		for uid, h := range e.holds[g.ID] {
+			if uid == self && self != "" {
+				continue
+			}
+			if h.shared {
+				g.SharedHolders++
+			} else {
+				g.ExclusiveHolder = string(uid)
+			}
+		}
+	}
+	return n
 }
 
 // fit is how well a node can serve a request, judged from its summary alone.
@@ -115,16 +157,18 @@ const (
 func (s *nodeSummary) fits(req *allocator.Request) fit {
 	total, best, bestBW := 0, 0, 0
 	for i := range s.islands {
-		bws := s.islands[i].free
+		bws, lowest := s.islands[i].free, s.islands[i].minFree
 		if req.Exclusivity == allocator.Shared {
-			bws = s.islands[i].shareable
+			bws, lowest = s.islands[i].shareable, s.islands[i].minShareable
 		}
-		n, atBW := 0, 0
-		for _, bw := range bws {
-			if bw >= req.MinBandwidthGBps {
-				atBW++
+		n, atBW := len(bws), len(bws)
+		if lowest < req.MinBandwidthGBps {
+			atBW = 0
+			for _, bw := range bws {
+				if bw >= req.MinBandwidthGBps {
+					atBW++
+				}
 			}
-			n++
 		}
 		if req.Topology == allocator.Required {
 			n = atBW
@@ -250,7 +294,7 @@ func nodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
 }
 
 // snapshot returns the allocator's view of a node with every hold applied, or nil when no
-// GpuNodeStatus has been seen for it.
+// GpuNodeStatus has been seen for it. The view is shared: callers must not change it.
 func (c *ledger) snapshot(node string) (*allocator.Node, time.Time) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -274,21 +318,14 @@ func (c *ledger) snapshotExcept(node string, self types.UID) (*allocator.Node, t
 	if e == nil || e.base == nil {
 		return nil, time.Time{}
 	}
-	n := e.base.Clone()
-	for i := range n.GPUs {
-		g := &n.GPUs[i]
-		for uid, h := range e.holds[g.ID] {
-			if uid == self && self != "" {
-				continue
-			}
-			if h.shared {
-				g.SharedHolders++
-			} else {
-				g.ExclusiveHolder = string(uid)
+	if self != "" {
+		for _, holders := range e.holds {
+			if _, ok := holders[self]; ok {
+				return e.applyHolds(self), e.heartbeat // rare: the pod's own leftover holds
 			}
 		}
 	}
-	return n, e.heartbeat
+	return e.view, e.heartbeat
 }
 
 // candidates groups the nodes with a GpuNodeStatus fresher than oldest by how well they fit

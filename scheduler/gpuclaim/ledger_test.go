@@ -169,3 +169,67 @@ func TestLedgerForgetClearsOnlyItsClaim(t *testing.T) {
 		t.Fatalf("reverse index keeps %d entries, want 1 (pod other): %v", len(l.claimOf), l.claimOf)
 	}
 }
+
+// Snapshots are shared, read-only views: a later change builds a new view and leaves the one a
+// Filter call may still be reading as it was; a pod's own holds are left out only for it.
+func TestLedgerSnapshotsAreImmutableViews(t *testing.T) {
+	l := newLedger()
+	l.setStatus(seedStatus("a", time.Now()))
+	before, _ := l.snapshot("a")
+	if _, err := l.reserve("p1", "ns/c1", "a", allocator.Request{Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range before.GPUs {
+		if g.ExclusiveHolder != "" {
+			t.Fatalf("a reservation changed a snapshot taken before it: GPU %d held by %s", g.ID, g.ExclusiveHolder)
+		}
+	}
+	after, _ := l.snapshot("a")
+	held := 0
+	for _, g := range after.GPUs {
+		if g.ExclusiveHolder == "p1" {
+			held++
+		}
+	}
+	if held != 2 {
+		t.Fatalf("snapshot after the reservation shows %d GPUs held by p1, want 2", held)
+	}
+	own, _ := l.snapshotFor("a", "p1")
+	for _, g := range own.GPUs {
+		if g.ExclusiveHolder != "" {
+			t.Fatalf("p1's own snapshot shows GPU %d held by %s", g.ID, g.ExclusiveHolder)
+		}
+	}
+	if other, _ := l.snapshotFor("a", "p2"); other != after {
+		t.Error("a pod without holds on the node should get the shared view, not a copy")
+	}
+}
+
+// fits with and without a bandwidth floor agrees with walking the lists.
+func TestSummaryFitsBandwidthFloor(t *testing.T) {
+	s := nodeSummary{islands: []islandSummary{
+		{free: []int{600, 600, 300}, shareable: []int{600, 600, 300}},
+		{free: []int{900}, shareable: []int{900, 900}},
+	}}
+	for i := range s.islands {
+		is := &s.islands[i]
+		is.minFree, is.minShareable = minOf(is.free), minOf(is.shareable)
+	}
+	for _, c := range []struct {
+		req  allocator.Request
+		want fit
+	}{
+		{allocator.Request{Count: 3}, fitIslandBandwidth},
+		{allocator.Request{Count: 3, MinBandwidthGBps: 600}, fitIsland},
+		{allocator.Request{Count: 4}, fitNode},
+		{allocator.Request{Count: 2, MinBandwidthGBps: 600}, fitIslandBandwidth},
+		{allocator.Request{Count: 3, MinBandwidthGBps: 600, Topology: allocator.Required}, fitNone},
+		{allocator.Request{Count: 2, MinBandwidthGBps: 900, Exclusivity: allocator.Shared}, fitIslandBandwidth},
+		{allocator.Request{Count: 2, MinBandwidthGBps: 900}, fitIsland},
+		{allocator.Request{Count: 5}, fitNone},
+	} {
+		if got := s.fits(&c.req); got != c.want {
+			t.Errorf("fits(%+v) = %d, want %d", c.req, got, c.want)
+		}
+	}
+}

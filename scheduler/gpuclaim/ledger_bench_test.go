@@ -1,0 +1,56 @@
+package gpuclaim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// benchLedger is a 5,000-node ledger (the scale-5k cluster) with every third node half full.
+func benchLedger(b *testing.B) (*ledger, []string) {
+	b.Helper()
+	l := newLedger()
+	names := make([]string, 5000)
+	now := time.Now()
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%05d", i)
+		l.setStatus(seedStatus(names[i], now))
+		if i%3 == 0 {
+			l.add(types.UID(fmt.Sprintf("pod-%d", i)), names[i], []int{0, 1, 2, 3}, false, fromLease)
+		}
+	}
+	return l, names
+}
+
+// PreFilter's scan: one pass over every node's summary per pod.
+func BenchmarkLedgerCandidates5k(b *testing.B) {
+	l, _ := benchLedger(b)
+	req := allocator.Request{Count: 2, MinBandwidthGBps: 600}
+	oldest := time.Now().Add(-time.Hour)
+	b.ReportAllocs()
+	for b.Loop() {
+		byFit, _ := l.candidates(&req, oldest, func(string) bool { return true })
+		if len(byFit[fitIslandBandwidth]) == 0 {
+			b.Fatal("no candidates")
+		}
+	}
+}
+
+// Filter's work on one node: the node's view and a placement on it.
+func BenchmarkLedgerFilterNode(b *testing.B) {
+	l, names := benchLedger(b)
+	req := allocator.Request{Count: 2, MinBandwidthGBps: 600}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		n, _ := l.snapshotFor(names[i%len(names)], "pending-pod")
+		if _, err := allocator.Allocate(n, req); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
