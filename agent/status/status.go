@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -42,26 +42,42 @@ func Summarize(devices []apiv1.Device, message string) apiv1.GpuNodeStatusStatus
 	return st
 }
 
-// Same tells whether two statuses say the same, heartbeat aside.
+// Same tells whether two statuses say the same, heartbeat aside. Nil and empty lists are the
+// same. It is written out rather than reflected: a fleet of 5,000 agents compares statuses
+// on every loop, and reflection made that a third of the simulator's CPU.
 func Same(a, b apiv1.GpuNodeStatusStatus) bool {
-	a.LastHeartbeatTime, b.LastHeartbeatTime = metav1.Time{}, metav1.Time{}
-	return equality.Semantic.DeepEqual(a, b)
+	return a.Free == b.Free && sameCounts(a, b) && devicesEqual(a.Devices, b.Devices, true)
 }
 
 // sameHardware tells whether two statuses differ at most in usage (inUseBy, free) and heartbeat.
 func sameHardware(a, b apiv1.GpuNodeStatusStatus) bool {
-	a.Free, b.Free = 0, 0
-	a.Devices, b.Devices = withoutUsage(a.Devices), withoutUsage(b.Devices)
-	return Same(a, b)
+	return sameCounts(a, b) && devicesEqual(a.Devices, b.Devices, false)
 }
 
-func withoutUsage(ds []apiv1.Device) []apiv1.Device {
-	out := make([]apiv1.Device, len(ds))
-	for i, d := range ds {
-		d.InUseBy = nil
-		out[i] = d
+func sameCounts(a, b apiv1.GpuNodeStatusStatus) bool {
+	return a.Total == b.Total && a.Healthy == b.Healthy && a.Message == b.Message
+}
+
+func devicesEqual(x, y []apiv1.Device, usage bool) bool {
+	if len(x) != len(y) {
+		return false
 	}
-	return out
+	for i := range x {
+		a, b := &x[i], &y[i]
+		if a.ID != b.ID || a.Health != b.Health || a.BandwidthGBps != b.BandwidthGBps || a.Island != b.Island ||
+			a.UUID != b.UUID || a.Product != b.Product || a.MemoryMiB != b.MemoryMiB || a.PCIBusID != b.PCIBusID ||
+			a.Reason != b.Reason {
+			return false
+		}
+		if (a.UtilizationPercent == nil) != (b.UtilizationPercent == nil) ||
+			a.UtilizationPercent != nil && *a.UtilizationPercent != *b.UtilizationPercent {
+			return false
+		}
+		if usage && !slices.Equal(a.InUseBy, b.InUseBy) {
+			return false
+		}
+	}
+	return true
 }
 
 // Config configures a Writer.

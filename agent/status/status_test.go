@@ -2,6 +2,7 @@ package status_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -100,5 +101,68 @@ func TestDueSeparatesUsageFromHealth(t *testing.T) {
 	clk.SetTime(at.Add(5 * time.Second))
 	if ok, err := w.Sync(context.Background(), node, usage); err != nil || !ok {
 		t.Fatalf("usage change not written after UsageInterval: %v, %v", ok, err)
+	}
+}
+
+// Same and the usage-only comparison look at every field but the heartbeat: each field of
+// the status and of a device is changed in turn (by reflection, so a field added later is
+// covered or fails here), and only inUseBy and free may differ for "same hardware".
+func TestSameSeesEveryField(t *testing.T) {
+	util := int32(40)
+	base := apiv1.GpuNodeStatusStatus{Total: 2, Healthy: 2, Free: 1, Message: "m",
+		LastHeartbeatTime: metav1.Unix(1, 0),
+		Devices: []apiv1.Device{{ID: 0, Health: apiv1.Healthy, InUseBy: []string{"p"}, BandwidthGBps: 600, Island: "i",
+			UUID: "u", Product: "p", MemoryMiB: 1, PCIBusID: "b", UtilizationPercent: &util, Reason: "r"}, {ID: 1}}}
+	clone := func() apiv1.GpuNodeStatusStatus { return *base.DeepCopy() }
+	change := func(t *testing.T, v reflect.Value) {
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "-changed")
+		case reflect.Int32, reflect.Int64:
+			v.SetInt(v.Int() + 7)
+		case reflect.Pointer:
+			n := reflect.New(v.Type().Elem())
+			n.Elem().SetInt(99)
+			v.Set(n)
+		case reflect.Slice:
+			v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
+		default:
+			t.Fatalf("field of kind %s: teach this test (and Same) about it", v.Kind())
+		}
+	}
+	usage := map[string]bool{"InUseBy": true, "Free": true}
+	st := reflect.TypeOf(base)
+	for i := range st.NumField() {
+		f := st.Field(i)
+		if f.Name == "LastHeartbeatTime" || f.Name == "Devices" {
+			continue
+		}
+		c := clone()
+		change(t, reflect.ValueOf(&c).Elem().Field(i))
+		if status.Same(base, c) {
+			t.Errorf("Same ignores status.%s", f.Name)
+		}
+	}
+	dt := reflect.TypeOf(apiv1.Device{})
+	for i := range dt.NumField() {
+		f := dt.Field(i)
+		c := clone()
+		change(t, reflect.ValueOf(&c.Devices[0]).Elem().Field(i))
+		if status.Same(base, c) {
+			t.Errorf("Same ignores device.%s", f.Name)
+		}
+		if got := status.SameHardware(base, c); got != usage[f.Name] {
+			t.Errorf("SameHardware with device.%s changed = %v, want %v", f.Name, got, usage[f.Name])
+		}
+	}
+	c := clone()
+	c.LastHeartbeatTime = metav1.Unix(2, 0)
+	c.Devices[1].InUseBy = []string{}
+	if !status.Same(base, c) {
+		t.Error("a new heartbeat or an empty instead of a nil list made the statuses differ")
+	}
+	c.Devices = c.Devices[:1]
+	if status.Same(base, c) || status.SameHardware(base, c) {
+		t.Error("a missing device was not seen")
 	}
 }

@@ -1,0 +1,4 @@
+package status
+
+// SameHardware exposes sameHardware to the external tests.
+var SameHardware = sameHardware
