@@ -28,9 +28,10 @@ func (p inProcessFleet) Inject(_ context.Context, node string, gpu int, fault st
 	return p.f.InjectFault(node, gpu, ft)
 }
 
-// StartInProcessFleet starts the agent fleet for c's nodes. Probes run every 2s and a GPU
-// recovers after 10s without faults, so a scenario's faults and recoveries show within seconds.
-func StartInProcessFleet(ctx context.Context, c *cluster.Cluster) (Fleet, error) {
+// StartInProcessFleet starts the agent fleet for c's nodes. With GPU faults, probes run every
+// 2s and a GPU recovers after 10s without faults, so a scenario's faults and recoveries show
+// within seconds; without, the agents run with the production defaults.
+func StartInProcessFleet(ctx context.Context, c *cluster.Cluster, o FleetOptions) (Fleet, error) {
 	agentmetrics.Register() // the agent's metrics are live only once registered, as in gpu-agent
 	cfg := c.RESTConfig()
 	cfg.QPS, cfg.Burst = 500, 1000
@@ -44,7 +45,7 @@ func StartInProcessFleet(ctx context.Context, c *cluster.Cluster) (Fleet, error)
 	}
 	f, err := fleet.New(fleet.Config{
 		KubeClient: cs, GPUClient: gcs, LeaseNamespace: LeaseNamespace,
-		Agent:    agent.Config{ProbeInterval: 2 * time.Second, RecoveryQuietPeriod: 10 * time.Second},
+		Agent:    agentConfig(o),
 		WriteQPS: 300, WriteBurst: 600,
 	})
 	if err != nil {
@@ -56,4 +57,11 @@ func StartInProcessFleet(ctx context.Context, c *cluster.Cluster) (Fleet, error)
 		}
 	}()
 	return inProcessFleet{f: f}, nil
+}
+
+func agentConfig(o FleetOptions) agent.Config {
+	if o.GPUFaults {
+		return agent.Config{ProbeInterval: 2 * time.Second, RecoveryQuietPeriod: 10 * time.Second}
+	}
+	return agent.Config{}
 }

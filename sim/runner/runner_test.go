@@ -6,9 +6,12 @@ import (
 	"math"
 	"net/url"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
 
 // until sums by process name, counts a process started in between from zero and drops one
@@ -89,5 +92,33 @@ func TestRetryTransient(t *testing.T) {
 	})
 	if !apierrors.IsBadRequest(err) || calls != 1 {
 		t.Fatalf("retryTransient = %v after %d calls, want the bad request after 1", err, calls)
+	}
+}
+
+// Only GPU faults make the agents probe fast.
+func TestFleetOptions(t *testing.T) {
+	withFaults := func(types ...string) *scenario.Scenario {
+		s := &scenario.Scenario{}
+		for _, ty := range types {
+			s.Spec.Faults = append(s.Spec.Faults, scenario.Fault{Type: ty})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		s    *scenario.Scenario
+		fast bool
+	}{
+		{withFaults(), false},
+		{withFaults(scenario.FaultNodeRemoved, scenario.FaultSchedulerRestart), false},
+		{withFaults(scenario.FaultNodeRemoved, scenario.FaultGPUUnhealthy), true},
+		{withFaults(scenario.FaultGPURecover), true},
+	} {
+		o := fleetOptions(c.s)
+		if o.GPUFaults != c.fast {
+			t.Errorf("faults %v: GPUFaults = %v, want %v", c.s.Spec.Faults, o.GPUFaults, c.fast)
+		}
+		if got := agentConfig(o).ProbeInterval; (got == 2*time.Second) != c.fast {
+			t.Errorf("faults %v: probe interval %s", c.s.Spec.Faults, got)
+		}
 	}
 }
