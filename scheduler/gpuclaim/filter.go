@@ -33,14 +33,13 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if !selectorMatches(s.claim, node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonSelector)
 	}
-	n, heartbeat := p.ledger.snapshotFor(node.Name, pod.UID)
-	if n == nil {
+	res, heartbeat, err, ok := p.ledger.place(node.Name, pod.UID, s.reqKey, s.req)
+	if !ok {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNoStatus)
 	}
 	if heartbeat.Before(p.clock.Now().Add(-p.freshness)) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonStale)
 	}
-	res, err := allocator.Allocate(n, s.req)
 	var unfit *allocator.Unfit
 	if errors.As(err, &unfit) {
 		return fwk.NewStatus(fwk.Unschedulable, reasonNoFit)

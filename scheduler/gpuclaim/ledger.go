@@ -1,6 +1,7 @@
 package gpuclaim
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
 	"sync"
@@ -48,7 +49,25 @@ type nodeEntry struct {
 	// view is base with every hold applied, rebuilt with sum. Filter and Score read it for
 	// hundreds of nodes per pod, so it is shared, never copied per call: read-only.
 	view *allocator.Node
+	// gen counts the changes of view. placements caches the allocator's answer per request
+	// shape for view generation placementsGen: a burst of pods asks the same few shapes of
+	// thousands of nodes, and between two pods only the node the first one took changes.
+	// Filter calls run in parallel under the ledger's read lock, hence the cache's own lock.
+	gen           uint64
+	placementsMu  sync.Mutex
+	placementsGen uint64
+	placements    map[string]placement
 }
+
+// placement is a cached answer of allocator.Allocate.
+type placement struct {
+	res allocator.Result
+	err error
+}
+
+// maxPlacementShapes bounds the cache per node: beyond it (claims with many different
+// preferIds, say) the cache starts over rather than grow.
+const maxPlacementShapes = 32
 
 // islandSummary lists the bandwidths of an island's GPUs that an Exclusive request (free) or a
 // Shared request (shareable) could take, and the lowest of each list (-1 when empty), so that
@@ -66,6 +85,7 @@ type nodeSummary struct {
 func (e *nodeEntry) recompute() {
 	e.sum.islands = e.sum.islands[:0]
 	e.view = nil
+	e.gen++
 	if e.base == nil {
 		return
 	}
@@ -301,14 +321,6 @@ func (c *ledger) snapshot(node string) (*allocator.Node, time.Time) {
 	return c.snapshotLocked(node)
 }
 
-// snapshotFor is snapshot without the holds of pod self: GPUs a pending pod still holds from an
-// attempt that crashed before binding are offered to it again.
-func (c *ledger) snapshotFor(node string, self types.UID) (*allocator.Node, time.Time) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.snapshotExcept(node, self)
-}
-
 func (c *ledger) snapshotLocked(node string) (*allocator.Node, time.Time) {
 	return c.snapshotExcept(node, "")
 }
@@ -318,14 +330,54 @@ func (c *ledger) snapshotExcept(node string, self types.UID) (*allocator.Node, t
 	if e == nil || e.base == nil {
 		return nil, time.Time{}
 	}
-	if self != "" {
-		for _, holders := range e.holds {
-			if _, ok := holders[self]; ok {
-				return e.applyHolds(self), e.heartbeat // rare: the pod's own leftover holds
-			}
-		}
+	if self != "" && e.holdsPod(self) {
+		return e.applyHolds(self), e.heartbeat // rare: the pod's own leftover holds
 	}
 	return e.view, e.heartbeat
+}
+
+// place returns where req would land on node for pod self, from the cache when the node has
+// not changed since the same request shape (key, see requestKey) was last placed there. ok is
+// false when no GpuNodeStatus has been seen for the node.
+func (c *ledger) place(node string, self types.UID, key string, req allocator.Request) (res allocator.Result, heartbeat time.Time, err error, ok bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.nodes[node]
+	if e == nil || e.base == nil {
+		return allocator.Result{}, time.Time{}, nil, false
+	}
+	if self != "" && e.holdsPod(self) {
+		// Rare: the pod's own leftover holds are offered to it again; not cached.
+		res, err = allocator.Allocate(e.applyHolds(self), req)
+		return res, e.heartbeat, err, true
+	}
+	e.placementsMu.Lock()
+	defer e.placementsMu.Unlock()
+	if e.placementsGen != e.gen || e.placements == nil || len(e.placements) >= maxPlacementShapes {
+		e.placements, e.placementsGen = make(map[string]placement, 4), e.gen
+	}
+	if p, hit := e.placements[key]; hit {
+		return p.res, e.heartbeat, p.err, true
+	}
+	res, err = allocator.Allocate(e.view, req)
+	e.placements[key] = placement{res, err}
+	return res, e.heartbeat, err, true
+}
+
+// holdsPod tells whether pod uid holds any GPU of the node.
+func (e *nodeEntry) holdsPod(uid types.UID) bool {
+	for _, holders := range e.holds {
+		if _, ok := holders[uid]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// requestKey identifies a request's shape: requests with the same key get the same placement
+// on the same node view.
+func requestKey(r *allocator.Request) string {
+	return fmt.Sprintf("%d/%d/%d/%d/%d/%v", r.Count, r.Policy, r.Exclusivity, r.Topology, r.MinBandwidthGBps, r.PreferIDs)
 }
 
 // candidates groups the nodes with a GpuNodeStatus fresher than oldest by how well they fit

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
@@ -194,13 +195,13 @@ func TestLedgerSnapshotsAreImmutableViews(t *testing.T) {
 	if held != 2 {
 		t.Fatalf("snapshot after the reservation shows %d GPUs held by p1, want 2", held)
 	}
-	own, _ := l.snapshotFor("a", "p1")
+	own, _ := snapshotForTest(l, "a", "p1")
 	for _, g := range own.GPUs {
 		if g.ExclusiveHolder != "" {
 			t.Fatalf("p1's own snapshot shows GPU %d held by %s", g.ID, g.ExclusiveHolder)
 		}
 	}
-	if other, _ := l.snapshotFor("a", "p2"); other != after {
+	if other, _ := snapshotForTest(l, "a", "p2"); other != after {
 		t.Error("a pod without holds on the node should get the shared view, not a copy")
 	}
 }
@@ -232,4 +233,55 @@ func TestSummaryFitsBandwidthFloor(t *testing.T) {
 			t.Errorf("fits(%+v) = %d, want %d", c.req, got, c.want)
 		}
 	}
+}
+
+// place answers from its cache only while the node is unchanged and the request shape is the
+// same; a pod's own leftover holds are offered to it and never cached.
+func TestLedgerPlaceCache(t *testing.T) {
+	l := newLedger()
+	l.setStatus(seedStatus("a", time.Now()))
+	req := allocator.Request{Count: 2}
+	key := requestKey(&req)
+	first, _, err, ok := l.place("a", "p1", key, req)
+	if err != nil || !ok || len(first.IDs) != 2 {
+		t.Fatalf("place = %v, %v, %v", first.IDs, err, ok)
+	}
+	again, _, _, _ := l.place("a", "p2", key, req)
+	if !reflect.DeepEqual(again.IDs, first.IDs) {
+		t.Fatalf("same shape on an unchanged node placed differently: %v vs %v", again.IDs, first.IDs)
+	}
+	// Another pod takes those GPUs: the cached answer must not be served any more.
+	if _, err := l.reserve("p1", "ns/c1", "a", req); err != nil {
+		t.Fatal(err)
+	}
+	next, _, err, _ := l.place("a", "p2", key, req)
+	if err != nil || reflect.DeepEqual(next.IDs, first.IDs) {
+		t.Fatalf("after the node changed, place still offers the taken GPUs %v (err %v)", next.IDs, err)
+	}
+	// p1 holds GPUs here: its own placement ignores its holds and may reuse them.
+	own, _, err, _ := l.place("a", "p1", key, req)
+	if err != nil || !reflect.DeepEqual(own.IDs, first.IDs) {
+		t.Fatalf("p1 is not offered its own held GPUs again: %v, %v", own.IDs, err)
+	}
+	// A different shape is a different entry; an unfit answer is cached as such.
+	big := allocator.Request{Count: 64}
+	if _, _, err, _ := l.place("a", "p2", requestKey(&big), big); err == nil {
+		t.Fatal("64 GPUs placed on an 8-GPU node")
+	}
+	if _, _, err, _ := l.place("a", "p2", requestKey(&big), big); err == nil {
+		t.Fatal("cached unfit answer lost its error")
+	}
+	if _, _, _, ok := l.place("missing", "p2", key, req); ok {
+		t.Fatal("place on a node without GpuNodeStatus reported ok")
+	}
+	if requestKey(&allocator.Request{Count: 1, PreferIDs: []int{1, 2}}) == requestKey(&allocator.Request{Count: 1, PreferIDs: []int{1}}) {
+		t.Fatal("requests with different preferIds share a key")
+	}
+}
+
+// snapshotForTest is the view of node that pod self's Filter would see.
+func snapshotForTest(l *ledger, node string, self types.UID) (*allocator.Node, time.Time) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.snapshotExcept(node, self)
 }

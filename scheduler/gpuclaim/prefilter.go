@@ -90,7 +90,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	logger.V(5).Info("GPU candidates", "pod", klog.KObj(pod), "claim", key, "nodes", len(chosen))
-	cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, tier: used, results: make(map[string]allocator.Result, 64)})
+	cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, results: make(map[string]allocator.Result, 64)})
 	return &fwk.PreFilterResult{NodeNames: sets.New(chosen...)}, nil
 }
 

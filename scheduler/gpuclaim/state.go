@@ -16,6 +16,8 @@ type stateData struct {
 	claim *apiv1.GpuClaim
 	key   string
 	req   allocator.Request
+	// reqKey is req's shape for the ledger's placement cache.
+	reqKey string
 	// tier is the fit tier PreFilter offered nodes from; PostFilter relaxes it when every
 	// node of that tier failed for other reasons (taints, selectors of other plugins).
 	tier fit
