@@ -220,14 +220,29 @@ func (p *Plugin) joinShared(ctx context.Context, name, node string, id int, uid 
 // still names the pod), a shared one loses the pod and is deleted when nobody is left.
 // Releasing what is already gone succeeds, so release is idempotent.
 func (p *Plugin) releaseLease(ctx context.Context, name string, uid types.UID) error {
+	// The first attempt works from the informer's copy: the delete's preconditions (UID and
+	// resourceVersion) make a stale copy fail with a conflict, and only then is the lease
+	// read from the apiserver. That halves the requests of a mass release (26,000 leases
+	// when 10,000 pods go at once on scale-5k).
+	cached, _ := p.leaseLister.Leases(*p.args.LeaseNamespace).Get(name)
+	return p.releaseLeaseFrom(ctx, cached, name, uid)
+}
+
+// releaseLeaseFrom is releaseLease starting from cached, the informer's copy (nil for none).
+func (p *Plugin) releaseLeaseFrom(ctx context.Context, cached *coordinationv1.Lease, name string, uid types.UID) error {
 	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading lease %s: %w", name, err)
+		cur, fromCache := cached, cached != nil
+		cached = nil
+		if cur == nil {
+			var err error
+			cur, err = leases.Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("reading lease %s: %w", name, err)
+			}
 		}
 		ref, ok := parseLease(cur)
 		if !ok {
@@ -243,6 +258,9 @@ func (p *Plugin) releaseLease(ctx context.Context, name string, uid types.UID) e
 			}
 		}
 		if !found {
+			if fromCache {
+				return errStaleCache // the cache may lag behind our own join: ask the apiserver
+			}
 			return nil
 		}
 		if len(rest) == 0 {
@@ -259,9 +277,12 @@ func (p *Plugin) releaseLease(ctx context.Context, name string, uid types.UID) e
 		holders := strings.Join(rest, ",")
 		cur = cur.DeepCopy()
 		cur.Spec.HolderIdentity = &holders
-		_, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+		_, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// errStaleCache makes RetryOnConflict read the lease again: it reads as a conflict.
+var errStaleCache = apierrors.NewConflict(coordinationv1.Resource("leases"), "", errors.New("informer copy does not name the pod"))
