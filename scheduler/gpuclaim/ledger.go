@@ -2,6 +2,7 @@ package gpuclaim
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -447,7 +448,7 @@ func (c *ledger) removeLocked(uid types.UID, node string, ids []int, src source)
 		if node != "" && ref.node != node {
 			continue
 		}
-		if ids != nil && !containsInt(ids, ref.id) {
+		if ids != nil && !slices.Contains(ids, ref.id) {
 			continue
 		}
 		e := c.nodes[ref.node]
@@ -546,13 +547,4 @@ func (c *ledger) claimReservedFor(claimKey string) (types.UID, bool) {
 	defer c.mu.RUnlock()
 	uid, ok := c.claims[claimKey]
 	return uid, ok
-}
-
-func containsInt(ids []int, id int) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
