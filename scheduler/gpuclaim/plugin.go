@@ -145,13 +145,21 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	gpuFactory := gpuinformers.NewSharedInformerFactory(gpuClient, 0)
 	claims := gpuFactory.Gpu().V1().GpuClaims()
 	p.claimLister = claims.Lister()
-	if _, err := claims.Informer().AddEventHandler(p.claimHandler(ctx)); err != nil {
+	// The ledger is filled by these handlers, so New waits for each handler to have seen its
+	// informer's initial list, not only for the informers' caches: a cache can be synced while
+	// its handler is still behind, and a ledger without the agents' statuses or the existing
+	// leases would turn pods away (or try GPUs that are held) right after a start.
+	var handlers []cache.ResourceEventHandlerRegistration
+	reg, err := claims.Informer().AddEventHandler(p.claimHandler(ctx))
+	if err != nil {
 		return nil, fmt.Errorf("%s: watching GpuClaims: %w", Name, err)
 	}
+	handlers = append(handlers, reg)
 	nodeStatuses := gpuFactory.Gpu().V1().GpuNodeStatuses()
-	if _, err := nodeStatuses.Informer().AddEventHandler(p.nodeStatusHandler()); err != nil {
+	if reg, err = nodeStatuses.Informer().AddEventHandler(p.nodeStatusHandler()); err != nil {
 		return nil, fmt.Errorf("%s: watching GpuNodeStatuses: %w", Name, err)
 	}
+	handlers = append(handlers, reg)
 
 	leaseFactory := kubeinformers.NewSharedInformerFactoryWithOptions(p.client, 0,
 		kubeinformers.WithNamespace(*args.LeaseNamespace),
@@ -164,9 +172,10 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		return nil, fmt.Errorf("%s: indexing leases: %w", Name, err)
 	}
 	p.leaseIndexer = leases.Informer().GetIndexer()
-	if _, err := leases.Informer().AddEventHandler(p.leaseHandler()); err != nil {
+	if reg, err = leases.Informer().AddEventHandler(p.leaseHandler()); err != nil {
 		return nil, fmt.Errorf("%s: watching leases: %w", Name, err)
 	}
+	handlers = append(handlers, reg)
 
 	// Pods come from the scheduler's own informer (it excludes finished pods, so a pod that
 	// completes arrives here as a delete).
@@ -186,6 +195,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	for typ, ok := range leaseFactory.WaitForCacheSync(syncCtx.Done()) {
 		if !ok {
 			return nil, fmt.Errorf("%s: %v informer did not sync in namespace %q; may the scheduler list leases there?", Name, typ, *args.LeaseNamespace)
+		}
+	}
+	for _, h := range handlers {
+		if !cache.WaitForCacheSync(syncCtx.Done(), h.HasSynced) {
+			return nil, fmt.Errorf("%s: the GPU ledger was not filled from the informers within 2 minutes", Name)
 		}
 	}
 	logger.Info("GPU ledger rebuilt from leases", "leaseNamespace", *args.LeaseNamespace, "nodeStrategy", strategy)
