@@ -538,24 +538,14 @@ func scrapeRequests(ctx context.Context, cs kubernetes.Interface) (metrics.Reque
 	return metrics.ParseRequestTotals(string(raw))
 }
 
-// countLeases counts the GPU leases from a one-item page and the apiserver's count of the rest.
+// countLeases counts the GPU leases. (A one-item page would not help: the apiserver gives no
+// remaining-item count for a list with a label selector.)
 func countLeases(ctx context.Context, cs kubernetes.Interface) (int, error) {
-	l, err := cs.CoordinationV1().Leases(LeaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: gpuv1.LabelLeaseNode, Limit: 1})
+	l, err := cs.CoordinationV1().Leases(LeaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: gpuv1.LabelLeaseNode})
 	if err != nil {
 		return 0, err
 	}
-	n := len(l.Items)
-	if l.RemainingItemCount != nil {
-		n += int(*l.RemainingItemCount)
-	} else if l.Continue != "" {
-		// No count offered (label selectors can hide it): page through.
-		all, err := cs.CoordinationV1().Leases(LeaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: gpuv1.LabelLeaseNode})
-		if err != nil {
-			return 0, err
-		}
-		n = len(all.Items)
-	}
-	return n, nil
+	return len(l.Items), nil
 }
 
 func waitServiceAccount(ctx context.Context, cs kubernetes.Interface, ns string) error {
