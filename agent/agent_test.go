@@ -262,13 +262,17 @@ func TestXidMakesUnhealthyAndRecovers(t *testing.T) {
 	if err := h.srv.Inject(3, mock.Fault{Kind: mock.FaultXid, Xid: mock.XidFallenOffBus}); err != nil {
 		t.Fatal(err)
 	}
-	st = h.until("GPU 3 Unhealthy", 0, func(s *apiv1.GpuNodeStatus) bool { return health(s, 3) == apiv1.Unhealthy })
+	// Both the Xid and the probe's loss must be in before the reset (see the fleet test).
+	st = h.until("GPU 3 lost after Xid 79", 0, func(s *apiv1.GpuNodeStatus) bool {
+		r := s.Status.Devices[3].Reason
+		return health(s, 3) == apiv1.Unhealthy && strings.Contains(r, "lost") && strings.Contains(r, "Xid 79")
+	})
 	for _, d := range st.Status.Devices {
 		if d.ID != 3 && d.Health != apiv1.Healthy {
 			t.Errorf("GPU %d is %s (%s); only GPU 3 had a fault", d.ID, d.Health, d.Reason)
 		}
 	}
-	if d := st.Status.Devices[3]; d.BandwidthGBps != 0 || !strings.Contains(d.Reason, "lost") && !strings.Contains(d.Reason, "Xid 79") {
+	if d := st.Status.Devices[3]; d.BandwidthGBps != 0 || !strings.Contains(d.Reason, "lost") {
 		t.Errorf("GPU 3: %+v", d)
 	}
 	if st.Status.Healthy != 7 || st.Status.Free != 7 {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,7 +105,12 @@ func TestFleet(t *testing.T) {
 	if got := post(url.Values{"node": {"n1"}, "gpu": {"2"}, "fault": {"xid79"}}); got != http.StatusOK {
 		t.Fatalf("POST /fault xid79: %d", got)
 	}
-	eventually(t, "n1 GPU 2 Unhealthy", func() bool { return get("n1").Status.Healthy == 7 })
+	// Recover only once the agent has both read the Xid and probed the GPU lost: a reset the
+	// agent never saw the GPU lost for leaves an Xid standing for the whole quiet period.
+	eventually(t, "n1 GPU 2 lost after Xid 79", func() bool {
+		d := get("n1").Status.Devices[2]
+		return get("n1").Status.Healthy == 7 && strings.Contains(d.Reason, "lost") && strings.Contains(d.Reason, "Xid 79")
+	})
 	for _, d := range get("n1").Status.Devices {
 		if (d.ID == 2) != (d.Health == apiv1.Unhealthy) {
 			t.Errorf("n1 GPU %d is %s after a fault on GPU 2", d.ID, d.Health)

@@ -44,6 +44,7 @@ type Tracker struct {
 type gpuState struct {
 	probeFault   string // what the last probe saw; empty when it passed
 	probeUnknown string // the last probe could not tell
+	lostNow      bool   // the last probe found the GPU lost
 	lostSeen     bool   // the probe saw the GPU lost since the last event fault
 	eventFault   string
 	eventAt      time.Time
@@ -87,7 +88,9 @@ func (t *Tracker) Event(ev gpu.Event, all []int) bool {
 	now := t.clock.Now()
 	for _, i := range targets {
 		s := t.gpu(i)
-		s.eventFault, s.eventAt, s.lostSeen = reason, now, false
+		// A GPU that is lost right now (its event was read after the probe saw it gone) is
+		// reset when it answers again, so the loss counts for this fault too.
+		s.eventFault, s.eventAt, s.lostSeen = reason, now, s.lostNow
 	}
 	return true
 }
@@ -100,20 +103,23 @@ func (t *Tracker) Probe(i int, err error) {
 		if s.eventFault != "" && (s.lostSeen || t.clock.Since(s.eventAt) >= t.quiet) {
 			s.eventFault = ""
 		}
-		s.probeFault, s.probeUnknown, s.lostSeen = "", "", false
+		s.probeFault, s.probeUnknown, s.lostNow, s.lostSeen = "", "", false, false
 	case errors.Is(err, gpu.ErrLost):
-		s.probeFault, s.probeUnknown, s.lostSeen = "GPU lost: "+err.Error(), "", true
+		s.probeFault, s.probeUnknown, s.lostNow, s.lostSeen = "GPU lost: "+err.Error(), "", true, true
 	case errors.Is(err, gpu.ErrFaulted):
-		s.probeFault, s.probeUnknown = err.Error(), ""
+		s.probeFault, s.probeUnknown, s.lostNow = err.Error(), "", false
 	default:
 		s.probeUnknown = "probe failed: " + err.Error()
 	}
 }
 
-// State is GPU i's health now.
+// State is GPU i's health now. When both a probe and an event found a fault the reason names
+// both, so that an operator sees the Xid behind a lost GPU.
 func (t *Tracker) State(i int) State {
 	s := t.gpu(i)
 	switch {
+	case s.probeFault != "" && s.eventFault != "":
+		return State{Health: apiv1.Unhealthy, Reason: s.probeFault + "; after " + s.eventFault}
 	case s.probeFault != "":
 		return State{Health: apiv1.Unhealthy, Reason: s.probeFault}
 	case s.eventFault != "":

@@ -35,6 +35,8 @@ func TestTracker(t *testing.T) {
 		probe *error
 		wait  time.Duration
 		want  apiv1.Health
+		// reason, when set, is the exact reason wanted
+		reason string
 	}
 	ev := func(e gpu.Event) *gpu.Event { return &e }
 	pr := func(err error) *error { return &err }
@@ -50,6 +52,17 @@ func TestTracker(t *testing.T) {
 			{probe: pr(lost), want: apiv1.Unhealthy},
 			{probe: pr(lost), wait: time.Hour, want: apiv1.Unhealthy},
 			{probe: pr(nil), want: apiv1.Healthy},
+		}},
+		{"an Xid read after the probe saw the GPU lost clears with that loss's reset", []step{
+			{probe: pr(lost), want: apiv1.Unhealthy, reason: "GPU lost: " + lost.Error()},
+			{event: ev(gpu.Event{Kind: gpu.EventXid, Device: 0, Xid: 79}), want: apiv1.Unhealthy, reason: "GPU lost: " + lost.Error() + "; after Xid 79"},
+			{probe: pr(nil), want: apiv1.Healthy},
+		}},
+		{"an Xid on an answering GPU is not cleared by an older loss", []step{
+			{probe: pr(lost), want: apiv1.Unhealthy},
+			{probe: pr(nil), want: apiv1.Healthy},
+			{event: ev(gpu.Event{Kind: gpu.EventXid, Device: 0, Xid: 48}), want: apiv1.Unhealthy, reason: "Xid 48"},
+			{probe: pr(nil), want: apiv1.Unhealthy},
 		}},
 		{"double-bit ECC on an answering GPU clears only after the quiet period", []step{
 			{event: ev(gpu.Event{Kind: gpu.EventDoubleBitECC, Device: 0}), want: apiv1.Unhealthy},
@@ -94,6 +107,9 @@ func TestTracker(t *testing.T) {
 				}
 				if got := tr.State(0); got.Health != apiv1.Healthy && got.Reason == "" {
 					t.Fatalf("step %d: %s without a reason", i, got.Health)
+				}
+				if got := tr.State(0); s.reason != "" && got.Reason != s.reason {
+					t.Fatalf("step %d: reason %q, want %q", i, got.Reason, s.reason)
 				}
 			}
 		})
