@@ -86,6 +86,7 @@ type GpuClaim struct {
 
 // GpuClaimSpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!has(self.topology) || !has(self.topology.mode) || self.topology.mode != 'Required' || self.devices.policy != 'spread'",message="policy spread places GPUs across islands and cannot be combined with topology.mode Required; use Preferred or Ignore"
+// +kubebuilder:validation:XValidation:rule="!has(self.gangSize) || (has(self.gangRef) && self.gangRef != ”)",message="gangSize needs gangRef: name the gang the claim belongs to"
 type GpuClaimSpec struct {
 	// Devices describes the GPUs needed.
 	// +required
@@ -96,11 +97,18 @@ type GpuClaimSpec struct {
 	// Topology states the NVLink needs. Absent means Preferred with no bandwidth minimum.
 	// +optional
 	Topology *TopologyRequirement `json:"topology,omitempty"`
-	// GangRef names a pod group for multi-pod scheduling. Accepted and recorded; gang
-	// scheduling itself is not implemented.
+	// GangRef names the gang (pod group) the claim belongs to: the claims of a namespace with
+	// the same gangRef are scheduled all or nothing. No pod of the gang is bound until every
+	// member has a pod and all of them have GPUs reserved at once.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	GangRef string `json:"gangRef,omitempty"`
+	// GangSize is how many claims (one pod each) the gang has. Absent: the number of claims
+	// with this gangRef that exist, so create them all before their pods.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	GangSize *int32 `json:"gangSize,omitempty"`
 }
 
 // DeviceRequest describes the GPUs of a claim.

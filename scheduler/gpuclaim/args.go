@@ -35,6 +35,9 @@ type Args struct {
 	// binding. Off by default: the phase lasts milliseconds and costs one API write per pod
 	// (about a sixth of what a 2-GPU pod costs), and Bound follows as soon as the Binding lands.
 	RecordReservedPhase *bool `json:"recordReservedPhase,omitempty"`
+	// GangWaitSeconds is how long a placed gang member waits in Permit for the rest of its
+	// gang before the whole gang's reservations are released and it is retried. Default 60.
+	GangWaitSeconds *int32 `json:"gangWaitSeconds,omitempty"`
 }
 
 // ArgsKind is the kind of the plugin's args.
@@ -56,6 +59,9 @@ func SetDefaultsArgs(a *Args) {
 	}
 	if a.RecordReservedPhase == nil {
 		a.RecordReservedPhase = ptr.To(false)
+	}
+	if a.GangWaitSeconds == nil {
+		a.GangWaitSeconds = ptr.To[int32](60)
 	}
 }
 
@@ -80,6 +86,10 @@ func ValidateArgs(path *field.Path, a *Args) error {
 	}
 	if a.OrphanLeaseGraceSeconds == nil || *a.OrphanLeaseGraceSeconds < 0 {
 		errs = append(errs, field.Invalid(path.Child("orphanLeaseGraceSeconds"), ptr.Deref(a.OrphanLeaseGraceSeconds, -1), "must not be negative"))
+	}
+	// The framework caps a Permit wait at 15 minutes.
+	if a.GangWaitSeconds == nil || *a.GangWaitSeconds < 1 || *a.GangWaitSeconds > 900 {
+		errs = append(errs, field.Invalid(path.Child("gangWaitSeconds"), ptr.Deref(a.GangWaitSeconds, 0), "must be between 1 and 900"))
 	}
 	return errs.ToAggregate()
 }
@@ -129,6 +139,9 @@ func (a *Args) DeepCopy() *Args {
 	}
 	if a.RecordReservedPhase != nil {
 		out.RecordReservedPhase = ptr.To(*a.RecordReservedPhase)
+	}
+	if a.GangWaitSeconds != nil {
+		out.GangWaitSeconds = ptr.To(*a.GangWaitSeconds)
 	}
 	return out
 }

@@ -48,7 +48,7 @@ func TestShippedConfigDecodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *a.LeaseNamespace != "gpu-scheduler" || *a.NodeStrategy != "binpack" || *a.StatusFreshnessSeconds != 600 || *a.OrphanLeaseGraceSeconds != 120 || *a.RecordReservedPhase {
+	if *a.LeaseNamespace != "gpu-scheduler" || *a.NodeStrategy != "binpack" || *a.StatusFreshnessSeconds != 600 || *a.OrphanLeaseGraceSeconds != 120 || *a.RecordReservedPhase || *a.GangWaitSeconds != 60 {
 		t.Fatalf("decoded args %+v", a)
 	}
 	if bind := found.Plugins.Bind.Enabled; len(bind) < 2 || bind[0].Name != Name {
@@ -69,6 +69,8 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "bad namespace", raw: `{"leaseNamespace":"Not_OK"}`, wantErr: `args.leaseNamespace: Invalid value: "Not_OK"`},
 		{name: "zero freshness", raw: `{"statusFreshnessSeconds":0}`, wantErr: "statusFreshnessSeconds: Invalid value: 0: must be at least 1"},
 		{name: "negative grace", raw: `{"orphanLeaseGraceSeconds":-1}`, wantErr: "orphanLeaseGraceSeconds: Invalid value: -1: must not be negative"},
+		{name: "no gang wait", raw: `{"gangWaitSeconds":0}`, wantErr: "gangWaitSeconds: Invalid value: 0: must be between 1 and 900"},
+		{name: "gang wait beyond the framework's cap", raw: `{"gangWaitSeconds":901}`, wantErr: "gangWaitSeconds: Invalid value: 901: must be between 1 and 900"},
 		{name: "wrong kind", raw: `{"kind":"NodeResourcesFitArgs"}`, wantErr: `kind "NodeResourcesFitArgs", want "GpuClaimPluginArgs"`},
 	}
 	for _, tt := range tests {

@@ -3,8 +3,9 @@
 // gpu-{node}-{id} so that no two pods ever share an exclusive GPU, whatever number of
 // schedulers race.
 //
-// One file per extension point: prefilter.go, filter.go, score.go, reserve.go, prebind.go,
-// bind.go, postbind.go, postfilter.go, and events.go for the queueing hints. ledger.go is the
+// One file per extension point: prefilter.go, filter.go, score.go, reserve.go, permit.go,
+// prebind.go, bind.go, postbind.go, postfilter.go, and events.go for the queueing hints;
+// gang.go keeps the claims of a gang all or nothing. ledger.go is the
 // in-memory ledger, leases.go the lease operations, lifecycle.go releases GPUs when pods go.
 package gpuclaim
 
@@ -54,6 +55,7 @@ var (
 	_ fwk.ScorePlugin       = &Plugin{}
 	_ fwk.PreScorePlugin    = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PermitPlugin      = &Plugin{}
 	_ fwk.PreBindPlugin     = &Plugin{}
 	_ fwk.BindPlugin        = &Plugin{}
 	_ fwk.PostBindPlugin    = &Plugin{}
@@ -71,6 +73,8 @@ type Plugin struct {
 	client      kubernetes.Interface
 	gpuClient   versioned.Interface
 	claimLister gpulisters.GpuClaimLister
+	// claimIndexer finds the claims of a gang (gangIndex).
+	claimIndexer cache.Indexer
 	leaseLister coordinationlisters.LeaseLister
 	// leaseIndexer finds a pod's leases by holder UID without scanning every lease.
 	leaseIndexer cache.Indexer
@@ -145,6 +149,10 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	gpuFactory := gpuinformers.NewSharedInformerFactory(gpuClient, 0)
 	claims := gpuFactory.Gpu().V1().GpuClaims()
 	p.claimLister = claims.Lister()
+	if err := claims.Informer().AddIndexers(cache.Indexers{gangIndex: claimGangIndex}); err != nil {
+		return nil, fmt.Errorf("%s: indexing GpuClaims by gang: %w", Name, err)
+	}
+	p.claimIndexer = claims.Informer().GetIndexer()
 	// The ledger is filled by these handlers, so New waits for each handler to have seen its
 	// informer's initial list, not only for the informers' caches: a cache can be synced while
 	// its handler is still behind, and a ledger without the agents' statuses or the existing
@@ -179,7 +187,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 
 	// Pods come from the scheduler's own informer (it excludes finished pods, so a pod that
 	// completes arrives here as a delete).
-	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(p.podHandler()); err != nil {
+	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(p.podHandler(ctx)); err != nil {
 		return nil, fmt.Errorf("%s: watching pods: %w", Name, err)
 	}
 
@@ -246,6 +254,9 @@ func (p *Plugin) claimHandler(ctx context.Context) cache.ResourceEventHandler {
 		AddFunc: func(obj any) {
 			if c, ok := obj.(*apiv1.GpuClaim); ok {
 				p.activateClaim(ctx, claimKey(c.Namespace, c.Name))
+				if g := gangKey(c); g != "" {
+					p.activateGang(ctx, g) // one more member may complete the gang
+				}
 			}
 		},
 		UpdateFunc: func(old, obj any) {
@@ -306,10 +317,10 @@ func (p *Plugin) observeLease(old, obj any) {
 
 // podHandler keeps the pod tracker and the ledger in step with pods, and releases the GPUs of
 // pods that are deleted (also force-deleted) or finish.
-func (p *Plugin) podHandler() cache.ResourceEventHandler {
+func (p *Plugin) podHandler(ctx context.Context) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.observePod(obj) },
-		UpdateFunc: func(_, obj any) { p.observePod(obj) },
+		AddFunc:    func(obj any) { p.observePod(ctx, obj) },
+		UpdateFunc: func(_, obj any) { p.observePod(ctx, obj) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -321,7 +332,7 @@ func (p *Plugin) podHandler() cache.ResourceEventHandler {
 	}
 }
 
-func (p *Plugin) observePod(obj any) {
+func (p *Plugin) observePod(ctx context.Context, obj any) {
 	pod, ok := obj.(*v1.Pod)
 	if !ok {
 		return
@@ -330,7 +341,11 @@ func (p *Plugin) observePod(obj any) {
 		p.podGone(pod)
 		return
 	}
-	p.pods.observe(pod)
+	if p.pods.observe(pod) && pod.Spec.NodeName == "" {
+		if g := p.gangOfPod(pod); g != "" {
+			p.activateGang(ctx, g) // a member's pod arrived: the gang may be complete
+		}
+	}
 	// A bound pod carrying an allocation holds those GPUs even if its leases were lost.
 	if pod.Spec.NodeName == "" {
 		return

@@ -22,7 +22,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	framework "k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
@@ -33,6 +35,7 @@ import (
 // nodes (their GpuNodeStatus is the API reference's two-island box) and claims.
 type testEnv struct {
 	p     *Plugin
+	fh    framework.Framework
 	kube  *fake.Clientset
 	gpu   *gpufake.Clientset
 	nodes []*v1.Node
@@ -42,6 +45,14 @@ type testEnv struct {
 }
 
 func newTestEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *testEnv {
+	t.Helper()
+	return newTestEnvArgs(t, nil, nodes, objs...)
+}
+
+// newTestEnvArgs is newTestEnv with plugin args. The plugin is registered in the framework at
+// Permit, so that the framework keeps the pods Permit makes wait (RunPermitPlugins,
+// WaitOnPermit); the other extension points are called directly by schedule.
+func newTestEnvArgs(t *testing.T, args *Args, nodes []*v1.Node, objs ...runtime.Object) *testEnv {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	clk := clocktesting.NewFakeClock(time.Now())
@@ -54,21 +65,34 @@ func newTestEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *testEnv
 	gpu := gpufake.NewSimpleClientset(gpuObjs...)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	act := &recordingActivator{}
-	fh, err := frameworkruntime.NewFramework(ctx, nil, &config.KubeSchedulerProfile{},
+	schedmetrics.Register() // the framework's Permit records metrics
+	var p *Plugin
+	registry := frameworkruntime.Registry{queuesort.Name: queuesort.New, Name: func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		var obj runtime.Object
+		if args != nil {
+			obj = args
+		}
+		var err error
+		p, err = newPlugin(ctx, obj, h, gpu, clk)
+		return p, err
+	}}
+	profile := &config.KubeSchedulerProfile{SchedulerName: "gpu-scheduler", Plugins: &config.Plugins{
+		QueueSort: config.PluginSet{Enabled: []config.Plugin{{Name: queuesort.Name}}},
+		Permit:    config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+		Bind:      config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+	}}
+	fh, err := frameworkruntime.NewFramework(ctx, registry, profile,
 		frameworkruntime.WithClientSet(kube),
 		frameworkruntime.WithInformerFactory(factory),
 		frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(nil, nodes)),
-		frameworkruntime.WithPodActivator(act))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := newPlugin(ctx, nil, fh, gpu, clk)
+		frameworkruntime.WithPodActivator(act),
+		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	return &testEnv{p: p, kube: kube, gpu: gpu, nodes: nodes, clock: clk, activated: act}
+	return &testEnv{p: p, fh: fh, kube: kube, gpu: gpu, nodes: nodes, clock: clk, activated: act}
 }
 
 // recordingActivator records the pods the plugin sends back to the active queue.
@@ -103,10 +127,20 @@ func claimObj(name string, spec apiv1.GpuClaimSpec) *apiv1.GpuClaim {
 // chosen node, or the first failing status.
 func (e *testEnv) schedule(t *testing.T, pod *v1.Pod) (string, *fwk.Status, fwk.CycleState) {
 	t.Helper()
-	ctx := t.Context()
-	if _, err := e.kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := e.kube.CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating pod %s: %v", pod.Name, err)
 	}
+	best, st, cs := e.reserve(t, pod)
+	if !st.IsSuccess() {
+		return "", st, cs
+	}
+	return e.bind(t, pod, best, cs)
+}
+
+// reserve runs the scheduling cycle up to Reserve for a pod that exists already.
+func (e *testEnv) reserve(t *testing.T, pod *v1.Pod) (string, *fwk.Status, fwk.CycleState) {
+	t.Helper()
+	ctx := t.Context()
 	cs := framework.NewCycleState()
 	res, st := e.p.PreFilter(ctx, cs, pod, nil)
 	if !st.IsSuccess() {
@@ -136,6 +170,13 @@ func (e *testEnv) schedule(t *testing.T, pod *v1.Pod) (string, *fwk.Status, fwk.
 	if st := e.p.Reserve(ctx, cs, pod, best); !st.IsSuccess() {
 		return "", st, cs
 	}
+	return best, nil, cs
+}
+
+// bind runs PreBind, Bind and PostBind for a reserved pod.
+func (e *testEnv) bind(t *testing.T, pod *v1.Pod, best string, cs fwk.CycleState) (string, *fwk.Status, fwk.CycleState) {
+	t.Helper()
+	ctx := t.Context()
 	if st := e.p.PreBind(ctx, cs, pod, best); !st.IsSuccess() {
 		e.p.Unreserve(ctx, cs, pod, best)
 		return "", st, cs

@@ -13,6 +13,8 @@ type podInfo struct {
 	UID       types.UID
 	Namespace string
 	Name      string
+	// Claim is "namespace/name" of the GpuClaim the pod names; empty when it names none.
+	Claim string
 }
 
 // podTracker knows every live (not finished) pod by UID, from the scheduler's pod informer;
@@ -24,13 +26,16 @@ type podTracker struct {
 	mu      sync.RWMutex
 	pods    map[types.UID]podInfo
 	deleted map[types.UID]time.Time
+	// byClaim counts the live pods naming each claim: a gang is complete when each of its
+	// claims has one.
+	byClaim map[string]int
 }
 
 // deletedMemory is how long gone pods are remembered: longer than any lease release takes.
 const deletedMemory = 15 * time.Minute
 
 func newPodTracker() *podTracker {
-	return &podTracker{pods: map[types.UID]podInfo{}, deleted: map[types.UID]time.Time{}}
+	return &podTracker{pods: map[types.UID]podInfo{}, deleted: map[types.UID]time.Time{}, byClaim: map[string]int{}}
 }
 
 // wasDeleted reports whether the pod was seen going away.
@@ -41,16 +46,49 @@ func (t *podTracker) wasDeleted(uid types.UID) bool {
 	return ok
 }
 
-func (t *podTracker) observe(pod *v1.Pod) {
+// observe records a live pod and reports whether it is new or now names another claim.
+func (t *podTracker) observe(pod *v1.Pod) (changed bool) {
+	info := podInfo{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
+	if name, ok := claimName(pod); ok && name != "" {
+		info.Claim = claimKey(pod.Namespace, name)
+	}
 	t.mu.Lock()
-	t.pods[pod.UID] = podInfo{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	old, seen := t.pods[pod.UID]
+	if seen && old == info {
+		return false
+	}
+	t.uncountLocked(old)
+	t.pods[pod.UID] = info
+	if info.Claim != "" {
+		t.byClaim[info.Claim]++
+	}
+	return true
+}
+
+func (t *podTracker) uncountLocked(info podInfo) {
+	if info.Claim == "" {
+		return
+	}
+	if t.byClaim[info.Claim]--; t.byClaim[info.Claim] <= 0 {
+		delete(t.byClaim, info.Claim)
+	}
+}
+
+// claimHasPod reports whether a live pod names the claim "namespace/name".
+func (t *podTracker) claimHasPod(key string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.byClaim[key] > 0
 }
 
 func (t *podTracker) gone(uid types.UID) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if old, ok := t.pods[uid]; ok {
+		t.uncountLocked(old)
+	}
 	delete(t.pods, uid)
 	t.deleted[uid] = now
 	if len(t.deleted)%1024 == 0 {
@@ -121,13 +159,14 @@ type waitingPods struct {
 type waitingPod struct {
 	pod   *v1.Pod
 	claim string // namespace/name
+	gang  string // namespace/gangRef of the claim; empty outside a gang
 }
 
 func newWaitingPods() *waitingPods { return &waitingPods{pods: map[types.UID]waitingPod{}} }
 
-func (w *waitingPods) add(pod *v1.Pod, claim string) {
+func (w *waitingPods) add(pod *v1.Pod, claim, gang string) {
 	w.mu.Lock()
-	w.pods[pod.UID] = waitingPod{pod: pod, claim: claim}
+	w.pods[pod.UID] = waitingPod{pod: pod, claim: claim, gang: gang}
 	w.mu.Unlock()
 }
 

@@ -19,7 +19,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	p.waiting.add(pod, s.key)
+	p.waiting.add(pod, s.key, s.gang)
 	if !p.relaxed.relax(pod.UID, s.tier) {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}

@@ -23,7 +23,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	res, st := p.preFilter(ctx, cs, pod, nodes)
 	if st.IsRejected() {
 		name, _ := claimName(pod)
-		p.waiting.add(pod, claimKey(pod.Namespace, name))
+		p.waiting.add(pod, claimKey(pod.Namespace, name), p.gangOfPod(pod))
 	}
 	return res, st
 }
@@ -62,8 +62,16 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 
+	oldest := p.clock.Now().Add(-p.freshness)
+	if claim.Spec.GangRef != "" {
+		if st := p.gangPreFilter(claim, oldest); st != nil {
+			p.status.pending(claim, pod, st.Message())
+			return nil, st
+		}
+	}
+
 	tier := p.relaxed.tier(pod.UID)
-	nodes, stale := p.ledger.candidates(&req, p.clock.Now().Add(-p.freshness), func(node string) bool {
+	nodes, stale := p.ledger.candidates(&req, oldest, func(node string) bool {
 		return p.nodeSelected(claim, node)
 	})
 	var chosen []string
@@ -90,7 +98,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	logger.V(5).Info("GPU candidates", "pod", klog.KObj(pod), "claim", key, "nodes", len(chosen))
-	cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, results: make(map[string]allocator.Result, 64)})
+	cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, gang: gangKey(claim), results: make(map[string]allocator.Result, 64)})
 	return &fwk.PreFilterResult{NodeNames: sets.New(chosen...)}, nil
 }
 

@@ -55,4 +55,8 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	s.leases = nil
 	p.ledger.unreserve(pod.UID, s.key)
 	s.node, s.ids = "", nil
+	if s.gang != "" {
+		// One member failed or timed out: the others must not keep GPUs waiting for it.
+		p.rejectGang(ctx, s.gang, fmt.Sprintf("gang %s: member pod %s/%s was not placed; the gang is retried as a whole", s.gang, pod.Namespace, pod.Name))
+	}
 }

@@ -21,6 +21,8 @@ type stateData struct {
 	// tier is the fit tier PreFilter offered nodes from; PostFilter relaxes it when every
 	// node of that tier failed for other reasons (taints, selectors of other plugins).
 	tier fit
+	// gang is "namespace/gangRef" of the claim; empty outside a gang.
+	gang string
 
 	mu sync.Mutex
 	// results are Filter's placements per node, reused by Score.

@@ -42,6 +42,9 @@ func TestCRDRejectsBadClaims(t *testing.T) {
 		{"preferIds policy without IDs", `devices: {count: 1, policy: preferIds}`, "preferIds must list at least one GPU ID when policy is preferIds"},
 		{"preferIds without the policy", `devices: {count: 1, preferIds: [1]}`, "preferIds is only used with policy: preferIds"},
 		{"spread with Required", `{devices: {count: 2, policy: spread}, topology: {mode: Required}}`, "policy spread places GPUs across islands and cannot be combined with topology.mode Required"},
+		{"gang", `{devices: {count: 8}, gangRef: train-1, gangSize: 4}`, ""},
+		{"gangSize without gangRef", `{devices: {count: 8}, gangSize: 4}`, "gangSize needs gangRef: name the gang the claim belongs to"},
+		{"gangSize 0", `{devices: {count: 8}, gangRef: train-1, gangSize: 0}`, "spec.gangSize: Invalid value: 0: spec.gangSize in body should be greater than or equal to 1"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
