@@ -75,7 +75,7 @@ type Plugin struct {
 	claimLister gpulisters.GpuClaimLister
 	// claimIndexer finds the claims of a gang (gangIndex).
 	claimIndexer cache.Indexer
-	leaseLister coordinationlisters.LeaseLister
+	leaseLister  coordinationlisters.LeaseLister
 	// leaseIndexer finds a pod's leases by holder UID without scanning every lease.
 	leaseIndexer cache.Indexer
 
