@@ -383,3 +383,34 @@ func TestWaitingPodsActivatedByPluginInformers(t *testing.T) {
 	createClaimStatusLess(t, e, claimObj("late", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	eventuallyTrue(t, func() bool { return e.activated.has("ns/early") })
 }
+
+// A pod whose tier PostFilter relaxed (every node of the best tier failed another plugin's
+// filter, e.g. a new node's not-ready taint) must still be offered the best tier's nodes:
+// dropping them left such a pod pending with "no node has N healthy free GPUs" and nothing
+// to requeue it once the taint was gone.
+func TestRelaxedTierKeepsBetterNodes(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)},
+		claimObj("four", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyPreferred, MinBandwidthGBps: 600}}))
+	pod := gpuPod("p", "four")
+	activations := func() int {
+		e.activated.mu.Lock()
+		defer e.activated.mu.Unlock()
+		return len(e.activated.pods)
+	}
+	for attempt, wantRelaxed := range []bool{true, true, false} {
+		cs := framework.NewCycleState()
+		res, st := e.p.PreFilter(t.Context(), cs, pod, nil)
+		if !st.IsSuccess() || !res.NodeNames.Has("a") {
+			t.Fatalf("attempt %d: PreFilter %v, nodes %v; want node a offered", attempt, st, res)
+		}
+		// Node a fails another filter every time: PostFilter widens at most twice, then stops.
+		before := activations()
+		_, st = e.p.PostFilter(t.Context(), cs, pod, nil)
+		if st.Code() != fwk.Unschedulable {
+			t.Fatalf("attempt %d: PostFilter %v", attempt, st)
+		}
+		if relaxed := activations() > before; relaxed != wantRelaxed {
+			t.Fatalf("attempt %d: requeued at once = %v, want %v (%q)", attempt, relaxed, wantRelaxed, st.Message())
+		}
+	}
+}

@@ -74,18 +74,25 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	nodes, stale := p.ledger.candidates(&req, oldest, func(node string) bool {
 		return p.nodeSelected(claim, node)
 	})
+	// The best tier that has nodes is offered; a pod whose earlier attempt saw every offered
+	// node fail another plugin's filter (a taint, say: PostFilter relaxed its tier) gets the
+	// lower tiers down to its relaxed one as well. Better tiers are never dropped: whatever
+	// turned their nodes away may be gone by now.
 	var chosen []string
-	used := fitNode
+	used := tier
 	for f := fitIslandBandwidth; f >= fitNode; f-- {
-		if f > tier || len(nodes[f]) == 0 {
+		if len(nodes[f]) == 0 {
 			continue
 		}
 		chosen = append(chosen, nodes[f]...)
 		if req.Topology == allocator.Ignore || req.Count == 1 {
-			continue // no tiers without topology: any fitting node will do
+			used = fitNode // no tiers without topology: any fitting node will do
+			continue
 		}
-		used = f
-		break
+		if f <= tier {
+			used = f
+			break
+		}
 	}
 	// A pod that still holds leases from an attempt that crashed before binding may use those
 	// GPUs again (Filter ignores its own holds), even if the summary counts them as taken.
