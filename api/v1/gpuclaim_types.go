@@ -86,7 +86,7 @@ type GpuClaim struct {
 
 // GpuClaimSpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!has(self.topology) || !has(self.topology.mode) || self.topology.mode != 'Required' || self.devices.policy != 'spread'",message="policy spread places GPUs across islands and cannot be combined with topology.mode Required; use Preferred or Ignore"
-// +kubebuilder:validation:XValidation:rule="!has(self.gangSize) || (has(self.gangRef) && self.gangRef != ”)",message="gangSize needs gangRef: name the gang the claim belongs to"
+// +kubebuilder:validation:XValidation:rule="!has(self.gangSize) || (has(self.gangRef) && size(self.gangRef) > 0)",message="gangSize needs gangRef: name the gang the claim belongs to"
 type GpuClaimSpec struct {
 	// Devices describes the GPUs needed.
 	// +required
