@@ -8,6 +8,7 @@ import (
 
 	"github.com/cucumber/godog"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -20,6 +21,56 @@ func registerLifecycleSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^pod "([^"]*)" completes$`, podCompletes)
 	sc.Step(`^pod "([^"]*)" goes away by being (deleted|force-deleted|completed)$`, podGoesAway)
 	sc.Step(`^the GPU leases of pod "([^"]*)" are released$`, leasesReleased)
+	sc.Step(`^priority class "([^"]*)" with value (\d+)$`, priorityClass)
+	sc.Step(`^pod "([^"]*)" with priority class "([^"]*)" claims (\d+) GPUs?$`, podWithPriority)
+	sc.Step(`^pod "([^"]*)" is preempted$`, podPreempted)
+}
+
+// priorityClass creates a PriorityClass; they are cluster-wide, so one that exists already
+// with the same value is reused by later scenarios.
+func priorityClass(ctx context.Context, name string, value int) error {
+	st := state(ctx)
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: int32(value)}
+	_, err := st.suite.kube.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		old, err := st.suite.kube.SchedulingV1().PriorityClasses().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading priority class %s: %w", name, err)
+		}
+		if old.Value != int32(value) {
+			return fmt.Errorf("priority class %s exists with value %d, not %d; use another name", name, old.Value, value)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating priority class %s: %w", name, err)
+	}
+	return nil
+}
+
+func podWithPriority(ctx context.Context, name, class string, gpus int) error {
+	return state(ctx).claimAndPod(ctx, name, countSpec(gpus), podOptions{priorityClass: class})
+}
+
+// podPreempted waits until the scheduler has evicted a pod: it is gone, or terminating with
+// the DisruptionTarget condition the scheduler sets on its victims.
+func podPreempted(ctx context.Context, name string) error {
+	st := state(ctx)
+	return eventually(ctx, waitBound, "pod "+name+" preempted", func(ctx context.Context) (bool, string, error) {
+		p, err := st.getPod(ctx, name)
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonPreemptionByScheduler {
+				return true, "", nil
+			}
+		}
+		return false, describePod(p), nil
+	})
 }
 
 func podRunsFor(ctx context.Context, name string, gpus, seconds int) error {

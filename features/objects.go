@@ -59,6 +59,8 @@ type podOptions struct {
 	runFor string
 	// annotations are added to the pod.
 	annotations map[string]string
+	// priorityClass is the pod's priorityClassName.
+	priorityClass string
 }
 
 // newPod builds a pod for gpu-scheduler that names claim.
@@ -83,6 +85,7 @@ func (st *scenario) newPod(name, claim string, o podOptions) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns, Annotations: ann},
 		Spec: corev1.PodSpec{
 			SchedulerName:                 apiv1.SchedulerName,
+			PriorityClassName:             o.priorityClass,
 			InitContainers:                inits,
 			Containers:                    containers,
 			TerminationGracePeriodSeconds: ptr.To[int64](1),

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
@@ -33,6 +34,10 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if !selectorMatches(s.claim, node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonSelector)
 	}
+	if removed := s.removed[node.Name]; len(removed) > 0 {
+		// A preemption dry run: the node as if the removed pods held no GPUs; not cached.
+		return p.filterWithout(s, pod, node.Name, removed)
+	}
 	res, heartbeat, err, ok := p.ledger.place(node.Name, pod.UID, s.reqKey, s.req)
 	if !ok {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNoStatus)
@@ -48,5 +53,25 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 		return fwk.AsStatus(err)
 	}
 	s.setResult(node.Name, res)
+	return nil
+}
+
+// filterWithout is Filter for a node some of whose pods a preemption dry run took off.
+func (p *Plugin) filterWithout(s *stateData, pod *v1.Pod, node string, removed []types.UID) *fwk.Status {
+	n, heartbeat := p.ledger.snapshotWithout(node, append([]types.UID{pod.UID}, removed...))
+	if n == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNoStatus)
+	}
+	if heartbeat.Before(p.clock.Now().Add(-p.freshness)) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonStale)
+	}
+	_, err := allocator.Allocate(n, s.req)
+	var unfit *allocator.Unfit
+	if errors.As(err, &unfit) {
+		return fwk.NewStatus(fwk.Unschedulable, reasonNoFit)
+	}
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
 	return nil
 }

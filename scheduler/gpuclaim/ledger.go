@@ -143,11 +143,16 @@ func minOf(xs []int) int {
 
 // applyHolds returns a copy of base with the holds of every pod but self applied.
 func (e *nodeEntry) applyHolds(self types.UID) *allocator.Node {
+	return e.applyHoldsExcept(func(uid types.UID) bool { return uid == self && self != "" })
+}
+
+// applyHoldsExcept returns a copy of base with the holds of every pod but those skip names.
+func (e *nodeEntry) applyHoldsExcept(skip func(types.UID) bool) *allocator.Node {
 	n := e.base.Clone()
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
 		for uid, h := range e.holds[g.ID] {
-			if uid == self && self != "" {
+			if skip(uid) {
 				continue
 			}
 			if h.shared {
@@ -335,6 +340,17 @@ func (c *ledger) snapshotExcept(node string, self types.UID) (*allocator.Node, t
 		return e.applyHolds(self), e.heartbeat // rare: the pod's own leftover holds
 	}
 	return e.view, e.heartbeat
+}
+
+// snapshotWithout is the node as if the pods in skip held none of its GPUs.
+func (c *ledger) snapshotWithout(node string, skip []types.UID) (*allocator.Node, time.Time) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.nodes[node]
+	if e == nil || e.base == nil {
+		return nil, time.Time{}
+	}
+	return e.applyHoldsExcept(func(uid types.UID) bool { return slices.Contains(skip, uid) }), e.heartbeat
 }
 
 // place returns where req would land on node for pod self, from the cache when the node has

@@ -49,17 +49,18 @@ const Name = "GpuClaimPlugin"
 const stateKey fwk.StateKey = Name
 
 var (
-	_ fwk.PreFilterPlugin   = &Plugin{}
-	_ fwk.FilterPlugin      = &Plugin{}
-	_ fwk.PostFilterPlugin  = &Plugin{}
-	_ fwk.ScorePlugin       = &Plugin{}
-	_ fwk.PreScorePlugin    = &Plugin{}
-	_ fwk.ReservePlugin     = &Plugin{}
-	_ fwk.PermitPlugin      = &Plugin{}
-	_ fwk.PreBindPlugin     = &Plugin{}
-	_ fwk.BindPlugin        = &Plugin{}
-	_ fwk.PostBindPlugin    = &Plugin{}
-	_ fwk.EnqueueExtensions = &Plugin{}
+	_ fwk.PreFilterPlugin     = &Plugin{}
+	_ fwk.PreFilterExtensions = &Plugin{}
+	_ fwk.FilterPlugin        = &Plugin{}
+	_ fwk.PostFilterPlugin    = &Plugin{}
+	_ fwk.ScorePlugin         = &Plugin{}
+	_ fwk.PreScorePlugin      = &Plugin{}
+	_ fwk.ReservePlugin       = &Plugin{}
+	_ fwk.PermitPlugin        = &Plugin{}
+	_ fwk.PreBindPlugin       = &Plugin{}
+	_ fwk.BindPlugin          = &Plugin{}
+	_ fwk.PostBindPlugin      = &Plugin{}
+	_ fwk.EnqueueExtensions   = &Plugin{}
 )
 
 // Plugin is the GpuClaimPlugin.

@@ -414,3 +414,51 @@ func TestRelaxedTierKeepsBetterNodes(t *testing.T) {
 		}
 	}
 }
+
+// Preemption's dry run: a clone of the cycle state with a pod taken off a node must see that
+// pod's GPUs as free, without changing the cycle's own state or other clones, and putting
+// the pod back (a reprieve) must take them again.
+func TestPreemptionDryRunSeesRemovedPodsGPUs(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)},
+		claimObj("low", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 7}}),
+		claimObj("high", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}}))
+	low := gpuPod("low", "low")
+	if _, st, _ := e.schedule(t, low); st != nil {
+		t.Fatal(st)
+	}
+	high := gpuPod("high", "high")
+	cs := framework.NewCycleState()
+	if _, st := e.p.PreFilter(t.Context(), cs, high, nil); st.Code() != fwk.Unschedulable {
+		t.Fatalf("PreFilter on a full node: %v", st)
+	}
+	ni := framework.NewNodeInfo()
+	ni.SetNode(e.nodes[0])
+	lowInfo, _ := framework.NewPodInfo(low)
+	if st := e.p.Filter(t.Context(), cs, high, ni); st.Code() != fwk.Unschedulable {
+		t.Fatalf("Filter before any removal: %v", st)
+	}
+	dry := cs.Clone()
+	other := cs.Clone()
+	if st := e.p.RemovePod(t.Context(), dry, high, lowInfo, ni); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := e.p.Filter(t.Context(), dry, high, ni); !st.IsSuccess() {
+		t.Fatalf("Filter with the low pod taken off: %v", st)
+	}
+	for name, s := range map[string]fwk.CycleState{"the cycle's state": cs, "another clone": other} {
+		if st := e.p.Filter(t.Context(), s, high, ni); st.Code() != fwk.Unschedulable {
+			t.Fatalf("Filter on %s after a dry run removed a pod: %v", name, st)
+		}
+	}
+	if st := e.p.AddPod(t.Context(), dry, high, lowInfo, ni); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := e.p.Filter(t.Context(), dry, high, ni); st.Code() != fwk.Unschedulable {
+		t.Fatalf("Filter after the low pod was put back: %v", st)
+	}
+	// No node had room, so PostFilter has nothing to widen and requeues nothing.
+	before := len(e.activated.pods)
+	if _, st := e.p.PostFilter(t.Context(), cs, high, nil); st.Code() != fwk.Unschedulable || len(e.activated.pods) != before {
+		t.Fatalf("PostFilter with no room anywhere: %v, activations %d -> %d", st, before, len(e.activated.pods))
+	}
+}

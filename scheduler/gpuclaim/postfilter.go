@@ -13,13 +13,17 @@ import (
 // (nodes with a fitting free island); if those nodes all failed for another reason (a taint,
 // another plugin), this lowers the tier for the pod's next attempt and sends it straight back
 // to the active queue, so Preferred topology never leaves a pod pending that could run
-// elsewhere. It never preempts.
+// elsewhere. Preemption is the stock DefaultPreemption's (it runs first), which works with GPU
+// claims through this plugin's PreFilterExtensions (prefilter.go).
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	s, err := getState(cs)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	p.waiting.add(pod, s.key, s.gang)
+	if !s.offered {
+		return nil, fwk.NewStatus(fwk.Unschedulable) // no node had room: nothing to widen
+	}
 	if !p.relaxed.relax(pod.UID, s.tier) {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -99,18 +100,54 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if own, _ := p.ledger.holdsOf(pod.UID); own != "" && pod.Spec.NodeName == "" && !slices.Contains(chosen, own) && p.nodeSelected(claim, own) {
 		chosen = append(chosen, own)
 	}
+	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, gang: gangKey(claim), offered: len(chosen) > 0, results: newNodeResults()}
+	// Written even when no node has room, so that preemption (a PostFilter) can ask Filter
+	// whether evicting lower-priority pods would make some.
+	cs.Write(stateKey, s)
 	if len(chosen) == 0 {
 		msg := p.noNodeMessage(key, &req, stale)
 		p.status.pending(claim, pod, msg)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	logger.V(5).Info("GPU candidates", "pod", klog.KObj(pod), "claim", key, "nodes", len(chosen))
-	cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, gang: gangKey(claim), results: make(map[string]allocator.Result, 64)})
 	return &fwk.PreFilterResult{NodeNames: sets.New(chosen...)}, nil
 }
 
-// PreFilterExtensions is nil: placements do not depend on other pods being nominated.
-func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+// PreFilterExtensions lets preemption's dry runs take pods off a node (and put them back):
+// Filter then judges the node as if their GPUs were free.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return p }
+
+// RemovePod records that a preemption dry run took podInfoToRemove off the node.
+func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, podInfoToRemove fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil {
+		return nil // not a GPU pod's cycle
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return nil
+	}
+	if s.removed == nil {
+		s.removed = map[string][]types.UID{}
+	}
+	s.removed[node.Name] = append(s.removed[node.Name], podInfoToRemove.GetPod().UID)
+	return nil
+}
+
+// AddPod puts back a pod a dry run had taken off (preemption reprieves victims this way).
+// Other pods added here are nominated pods not yet holding GPUs; their claims are re-checked
+// against the ledger at Reserve, so they are not modelled.
+func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, podInfoToAdd fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil || nodeInfo.Node() == nil {
+		return nil
+	}
+	name, uid := nodeInfo.Node().Name, podInfoToAdd.GetPod().UID
+	if i := slices.Index(s.removed[name], uid); i >= 0 {
+		s.removed[name] = slices.Delete(s.removed[name], i, i+1)
+	}
+	return nil
+}
 
 // claimHolder returns the live pod holding a claim: recorded in the claim's status, or
 // reserved by this scheduler and not yet recorded.

@@ -2,8 +2,10 @@ package gpuclaim
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -12,6 +14,8 @@ import (
 
 // stateData is what PreFilter learns about a pod, shared by the later extension points of the
 // same cycle. Filter runs in parallel over nodes, so the per-node results have their own lock.
+// Preemption's dry runs clone it per node and remove pods from the clone (RemovePod); only
+// removed differs between clones.
 type stateData struct {
 	claim *apiv1.GpuClaim
 	key   string
@@ -23,10 +27,15 @@ type stateData struct {
 	tier fit
 	// gang is "namespace/gangRef" of the claim; empty outside a gang.
 	gang string
+	// offered is false when PreFilter found no node with room: the state is kept only so that
+	// preemption can ask Filter whether evicting pods would make room.
+	offered bool
 
-	mu sync.Mutex
-	// results are Filter's placements per node, reused by Score.
-	results map[string]allocator.Result
+	// results are Filter's placements per node, reused by Score; shared by clones.
+	results *nodeResults
+	// removed lists, per node, the pods a preemption dry run took off it: Filter judges the
+	// node as if they held no GPUs. Nil outside preemption.
+	removed map[string][]types.UID
 
 	// Written by Reserve and PreBind (one pod, one goroutine at a time).
 	node    string
@@ -35,20 +44,39 @@ type stateData struct {
 	islands int
 }
 
-// Clone shares the state: nothing here is changed by AddPod/RemovePod (this plugin has no
-// PreFilterExtensions), and the per-node results are guarded by their lock.
-func (s *stateData) Clone() fwk.StateData { return s }
+// nodeResults are Filter's placements by node, behind a lock (Filter runs in parallel).
+type nodeResults struct {
+	mu sync.Mutex
+	m  map[string]allocator.Result
+}
+
+func newNodeResults() *nodeResults { return &nodeResults{m: make(map[string]allocator.Result, 64)} }
+
+// Clone copies the removed pods, which preemption changes per clone, and shares the rest:
+// nothing else is changed after PreFilter but by Reserve and PreBind on the cycle's own state.
+func (s *stateData) Clone() fwk.StateData {
+	if len(s.removed) == 0 {
+		c := *s
+		return &c
+	}
+	c := *s
+	c.removed = make(map[string][]types.UID, len(s.removed))
+	for node, uids := range s.removed {
+		c.removed[node] = slices.Clone(uids)
+	}
+	return &c
+}
 
 func (s *stateData) setResult(node string, r allocator.Result) {
-	s.mu.Lock()
-	s.results[node] = r
-	s.mu.Unlock()
+	s.results.mu.Lock()
+	s.results.m[node] = r
+	s.results.mu.Unlock()
 }
 
 func (s *stateData) result(node string) (allocator.Result, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.results[node]
+	s.results.mu.Lock()
+	defer s.results.mu.Unlock()
+	r, ok := s.results.m[node]
 	return r, ok
 }
 
