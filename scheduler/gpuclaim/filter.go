@@ -31,6 +31,9 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if node == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
 	}
+	if s.gangHeld != "" {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, s.gangHeld)
+	}
 	if !selectorMatches(s.claim, node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonSelector)
 	}

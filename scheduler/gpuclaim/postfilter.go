@@ -21,7 +21,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	p.waiting.add(pod, s.key, s.gang)
-	if !s.offered {
+	if !s.offered || s.gangHeld != "" {
 		return nil, fwk.NewStatus(fwk.Unschedulable) // no node had room: nothing to widen
 	}
 	if !p.relaxed.relax(pod.UID, s.tier) {

@@ -67,6 +67,9 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if claim.Spec.GangRef != "" {
 		if st := p.gangPreFilter(claim, oldest); st != nil {
 			p.status.pending(claim, pod, st.Message())
+			// Kept for preemption's dry run, whose Filter calls must refuse every node: a gang
+			// does not evict pods for one of its members.
+			cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, gang: gangKey(claim), gangHeld: st.Message(), results: newNodeResults()})
 			return nil, st
 		}
 	}

@@ -30,6 +30,8 @@ type stateData struct {
 	// offered is false when PreFilter found no node with room: the state is kept only so that
 	// preemption can ask Filter whether evicting pods would make room.
 	offered bool
+	// gangHeld is why PreFilter held a gang member back; Filter refuses every node then.
+	gangHeld string
 
 	// results are Filter's placements per node, reused by Score; shared by clones.
 	results *nodeResults
