@@ -5,12 +5,14 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
 // Custom resources are registered as <plural>.<version>.<group>; any other spelling is only
@@ -41,7 +43,12 @@ func (p *Plugin) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, o
 	if !ok {
 		return fwk.Queue, fmt.Errorf("unexpected object %T for a pod delete event", oldObj)
 	}
-	if _, held := deleted.Annotations[apiv1.AnnotationAllocated]; held {
+	if raw, held := deleted.Annotations[apiv1.AnnotationAllocated]; held {
+		// At churn a pod finishes every few milliseconds: requeue only the pods whose claim
+		// fits the node once this pod's GPUs are free, not the whole backlog each time.
+		if a, err := apiv1.ParseAllocation(raw); err == nil && !p.fitsWithout(pod, a.Node, deleted.UID) {
+			return fwk.QueueSkip, nil
+		}
 		logger.V(5).Info("A pod holding GPUs went away", "pod", klog.KObj(pod), "deletedPod", klog.KObj(deleted))
 		return fwk.Queue, nil
 	}
@@ -85,17 +92,94 @@ func (p *Plugin) isSchedulableAfterNodeStatusChange(logger klog.Logger, pod *v1.
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if oldObj == nil {
-		return fwk.Queue, nil
+	if oldObj != nil {
+		oldS, err := asNodeStatus(oldObj)
+		if err != nil {
+			return fwk.Queue, err
+		}
+		if !p.mayHelp(oldS, newS) {
+			return fwk.QueueSkip, nil
+		}
 	}
-	oldS, err := asNodeStatus(oldObj)
+	// Something improved; requeue only if the pod's claim fits the node as reported now, so
+	// that in a full cluster a freed GPU does not send every pending pod through an attempt.
+	if !p.fitsReported(pod, newS) {
+		logger.V(5).Info("GpuNodeStatus improved, but the claim does not fit it", "pod", klog.KObj(pod), "node", newS.Name)
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+// fitsWithout tells whether the pod's claim fits node in the ledger with the GPUs of pod gone
+// counted free (its release may not have reached the ledger yet). A claim that cannot be read,
+// or a node the ledger does not know, says yes.
+func (p *Plugin) fitsWithout(pod *v1.Pod, node string, gone types.UID) bool {
+	name, ok := claimName(pod)
+	if !ok {
+		return false
+	}
+	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
 	if err != nil {
-		return fwk.Queue, err
+		return true
 	}
-	if p.mayHelp(oldS, newS) {
-		return fwk.Queue, nil
+	req, err := requestFor(claim)
+	if err != nil {
+		return true
 	}
-	return fwk.QueueSkip, nil
+	if !p.nodeSelected(claim, node) {
+		return false
+	}
+	n, heartbeat := p.ledger.snapshotWithout(node, []types.UID{gone, pod.UID})
+	if n == nil {
+		return true
+	}
+	if heartbeat.Before(p.clock.Now().Add(-p.freshness)) {
+		return false
+	}
+	_, err = allocator.Allocate(n, req)
+	return err == nil
+}
+
+// fitsReported tells whether the pod's claim fits a node as its GpuNodeStatus reports it:
+// healthy GPUs whose inUseBy is empty are free (a Shared claim may also join GPUs in use). A
+// claim that cannot be read says yes, so that PreFilter reports what is wrong. The agent's
+// inUseBy lags the leases; a GPU freed meanwhile comes with a later status, and the plugin's
+// own activator (which reads the leases) covers the gap.
+func (p *Plugin) fitsReported(pod *v1.Pod, gns *apiv1.GpuNodeStatus) bool {
+	name, ok := claimName(pod)
+	if !ok {
+		return false
+	}
+	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
+	if err != nil {
+		return true
+	}
+	req, err := requestFor(claim)
+	if err != nil {
+		return true
+	}
+	node := nodeNameOf(gns)
+	if gns.Status.LastHeartbeatTime.Time.Before(p.clock.Now().Add(-p.freshness)) || !p.nodeSelected(claim, node) {
+		return false
+	}
+	n := nodeFromStatus(gns)
+	inUse := map[int]int{}
+	for _, d := range gns.Status.Devices {
+		inUse[int(d.ID)] = len(d.InUseBy)
+	}
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		if inUse[g.ID] == 0 {
+			continue
+		}
+		if req.Exclusivity == allocator.Shared {
+			g.SharedHolders = inUse[g.ID]
+		} else {
+			g.ExclusiveHolder = "in-use"
+		}
+	}
+	_, err = allocator.Allocate(n, req)
+	return err == nil
 }
 
 // mayHelp reports whether a GpuNodeStatus change can make a waiting pod schedulable: more

@@ -197,3 +197,47 @@ func TestEventsToRegisterNames(t *testing.T) {
 		t.Errorf("events not registered: %v", want)
 	}
 }
+
+// In a full cluster every freed GPU improves some GpuNodeStatus; only pods whose claim fits the
+// node as reported now are requeued, not the whole backlog.
+func TestNodeStatusHintAsksWhetherTheClaimFits(t *testing.T) {
+	p := hintPlugin(t,
+		claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}),
+		claimObj("four-fast", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}}),
+		claimObj("eight", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 8}}),
+	)
+	now := p.clock.Now()
+	full := seedStatus("n", now) // GPUs 0-3 at 600 GB/s, 4-6 at 64 GB/s, 7 unhealthy
+	for i := range 7 {
+		full.Status.Devices[i].InUseBy = []string{"uid-other"}
+	}
+	full.Status.Free, full.Status.Healthy = 0, 7
+	twoFreed := full.DeepCopy()
+	twoFreed.Status.Devices[0].InUseBy, twoFreed.Status.Devices[1].InUseBy = nil, nil
+	twoFreed.Status.Free = 2
+	islandFreed := twoFreed.DeepCopy()
+	islandFreed.Status.Devices[2].InUseBy, islandFreed.Status.Devices[3].InUseBy = nil, nil
+	islandFreed.Status.Free = 4
+	staleFreed := twoFreed.DeepCopy()
+	staleFreed.Status.LastHeartbeatTime = metav1.NewTime(now.Add(-time.Hour))
+	logger, _ := ktesting.NewTestContext(t)
+	tests := []struct {
+		name     string
+		claim    string
+		old, new *apiv1.GpuNodeStatus
+		want     fwk.QueueingHint
+	}{
+		{"two freed, claim for two", "two", full, twoFreed, fwk.Queue},
+		{"two freed, claim for a fast island of four", "four-fast", full, twoFreed, fwk.QueueSkip},
+		{"island freed, claim for a fast island of four", "four-fast", twoFreed, islandFreed, fwk.Queue},
+		{"island freed, claim for eight on a 7-healthy node", "eight", twoFreed, islandFreed, fwk.QueueSkip},
+		{"freed but the report is stale", "two", full, staleFreed, fwk.QueueSkip},
+		{"claim that does not exist", "missing", full, twoFreed, fwk.Queue},
+	}
+	for _, tt := range tests {
+		got, err := p.isSchedulableAfterNodeStatusChange(logger, gpuPod("p", tt.claim), tt.old, tt.new)
+		if got != tt.want || err != nil {
+			t.Errorf("%s: hint = %v, %v; want %v", tt.name, got, err, tt.want)
+		}
+	}
+}

@@ -419,6 +419,14 @@ func (c *ledger) candidates(req *allocator.Request, oldest time.Time, keep func(
 	return byFit, stale
 }
 
+// fitsOn tells whether node, fresh since oldest, can serve req now (summary only).
+func (c *ledger) fitsOn(node string, req *allocator.Request, oldest time.Time) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.nodes[node]
+	return e != nil && e.base != nil && !e.heartbeat.Before(oldest) && e.sum.fits(req) != fitNone
+}
+
 // add records that pod uid holds GPUs ids on node, for the given source.
 func (c *ledger) add(uid types.UID, node string, ids []int, shared bool, src source) {
 	c.mu.Lock()

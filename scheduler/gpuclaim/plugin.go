@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -88,9 +87,9 @@ type Plugin struct {
 	status  *statusWriter
 
 	// releaseQueue releases the leases and claims of pods that went away (lifecycle.go).
-	// waiting and gpusDirty drive activate.go.
-	waiting   *waitingPods
-	gpusDirty atomic.Bool
+	// waiting and changed drive activate.go.
+	waiting *waitingPods
+	changed changedNodes
 
 	releaseQueue workqueue.TypedRateLimitingInterface[types.UID]
 	releaseMu    sync.Mutex
@@ -224,7 +223,7 @@ func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
 		AddFunc: func(obj any) {
 			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok {
 				p.ledger.setStatus(gns)
-				p.gpusChanged()
+				p.gpusChanged(nodeNameOf(gns))
 			}
 		},
 		UpdateFunc: func(old, obj any) {
@@ -234,7 +233,7 @@ func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
 			}
 			p.ledger.setStatus(gns)
 			if prev, ok := old.(*apiv1.GpuNodeStatus); ok && p.mayHelp(prev, gns) {
-				p.gpusChanged()
+				p.gpusChanged(nodeNameOf(gns))
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -283,7 +282,7 @@ func (p *Plugin) leaseHandler() cache.ResourceEventHandler {
 					for _, uid := range ref.holders {
 						p.ledger.remove(uid, ref.node, []int{ref.gpu}, fromLease)
 					}
-					p.gpusChanged()
+					p.gpusChanged(ref.node)
 				}
 			}
 		},
@@ -372,7 +371,7 @@ func (p *Plugin) podGone(pod *v1.Pod) {
 	p.relaxed.forget(pod.UID)
 	p.waiting.remove(pod.UID)
 	if node, _ := p.ledger.holdsOf(pod.UID); node != "" {
-		p.gpusChanged()
+		p.gpusChanged(node)
 	}
 	p.ledger.forget(pod.UID)
 	p.enqueueRelease(podRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Claim: pod.Annotations[apiv1.AnnotationClaim]})

@@ -462,3 +462,66 @@ func TestPreemptionDryRunSeesRemovedPodsGPUs(t *testing.T) {
 		t.Fatalf("PostFilter with no room anywhere: %v, activations %d -> %d", st, before, len(e.activated.pods))
 	}
 }
+
+// The activator sends back only the waiting pods whose claim fits a node that changed.
+func TestActivatorWakesOnlyPodsThatFitAChangedNode(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil), node("b", map[string]string{"gpu-type": "h100"})},
+		claimObj("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
+		claimObj("eight", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 8}}), // 7 healthy GPUs per node
+		claimObj("on-b", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"gpu-type": "h100"}}}))
+	for _, p := range []*v1.Pod{gpuPod("one", "one"), gpuPod("eight", "eight"), gpuPod("on-b", "on-b")} {
+		e.p.waiting.add(p, "ns/"+p.Name, "")
+	}
+	e.p.activateChanged(t.Context()) // nothing changed: nothing to do
+	if len(e.activated.pods) != 0 {
+		t.Fatalf("activated %v with no node changed", e.activated.pods)
+	}
+	e.p.gpusChanged("a")
+	e.p.activateChanged(t.Context())
+	if !e.activated.has("ns/one") || e.activated.has("ns/eight") || e.activated.has("ns/on-b") {
+		t.Fatalf("after node a changed, activated %v; want only ns/one", e.activated.pods)
+	}
+	e.p.gpusChanged("b")
+	e.p.activateChanged(t.Context())
+	if !e.activated.has("ns/on-b") || e.activated.has("ns/eight") {
+		t.Fatalf("after node b changed, activated %v; want ns/on-b too, never ns/eight", e.activated.pods)
+	}
+}
+
+// A finished pod requeues only the pending pods whose claim fits its node once its GPUs are
+// free, judged from the ledger without that pod (its release may not have landed yet).
+func TestPodDeletedHintAsksWhetherTheClaimFits(t *testing.T) {
+	fast := &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}
+	e := newTestEnv(t, []*v1.Node{node("a", nil)},
+		claimObj("big", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: fast}),
+		claimObj("rest", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 3}}),
+		claimObj("want-fast", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: fast}),
+		claimObj("want-two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
+	big, rest := gpuPod("big", "big"), gpuPod("rest", "rest")
+	for _, p := range []*v1.Pod{big, rest} {
+		if _, st, _ := e.schedule(t, p); st != nil {
+			t.Fatal(st)
+		}
+	}
+	bound := func(p *v1.Pod) *v1.Pod {
+		out := p.DeepCopy()
+		node, ids := e.p.ledger.holdsOf(p.UID)
+		out.Spec.NodeName = node
+		out.Annotations[apiv1.AnnotationAllocated] = apiv1.Allocation{Node: node, IDs: ids}.String()
+		return out
+	}
+	logger, _ := ktesting.NewTestContext(t)
+	for _, tt := range []struct {
+		deleted, pending *v1.Pod
+		want             fwk.QueueingHint
+	}{
+		{bound(rest), gpuPod("p1", "want-two"), fwk.Queue},
+		{bound(rest), gpuPod("p2", "want-fast"), fwk.QueueSkip}, // the 600 GB/s island is still held
+		{bound(big), gpuPod("p3", "want-fast"), fwk.Queue},
+	} {
+		got, err := e.p.isSchedulableAfterPodDeleted(logger, tt.pending, tt.deleted, nil)
+		if got != tt.want || err != nil {
+			t.Errorf("%s deleted, %s pending: %v %v, want %v", tt.deleted.Name, tt.pending.Name, got, err, tt.want)
+		}
+	}
+}
