@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -15,15 +13,15 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
-// Custom resources are registered as <plural>.<version>.<group>; any other spelling is only
-// logged by the scheduler and silently never fires.
-const (
-	gpuNodeStatusResource fwk.EventResource = "gpunodestatuses.v1." + apiv1.GroupName
-	gpuClaimResource      fwk.EventResource = "gpuclaims.v1." + apiv1.GroupName
-)
-
-// EventsToRegister lists the events that can make a pod this plugin rejected schedulable,
-// each with a hint that filters out the events that cannot.
+// EventsToRegister lists the built-in events that can make a pod this plugin rejected
+// schedulable, each with a hint that filters out the events that cannot.
+//
+// GpuNodeStatus and GpuClaim changes are deliberately not registered: the plugin's own
+// informers already see them and send back exactly the pods they can help (activate.go).
+// Registering them would make the scheduler run a second, dynamic informer for each, decoding
+// every agent report and claim update into unstructured objects and caching a second copy —
+// at 5,000 nodes that is tens of thousands of decodes per minute and a few hundred MiB, for
+// events the plugin already acts on.
 func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		// A pod that held GPUs went away (deleted, or finished: the scheduler's informer drops
@@ -31,10 +29,6 @@ func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.isSchedulableAfterPodDeleted},
 		// A node appeared or gained the labels the claim selects on.
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel}, QueueingHintFn: p.isSchedulableAfterNodeChange},
-		// An agent reported GPUs: new, recovered, freed, or fresh again.
-		{Event: fwk.ClusterEvent{Resource: gpuNodeStatusResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.isSchedulableAfterNodeStatusChange},
-		// The pod's claim was created, changed, or released by its previous pod.
-		{Event: fwk.ClusterEvent{Resource: gpuClaimResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.isSchedulableAfterClaimChange},
 	}, nil
 }
 
@@ -87,29 +81,6 @@ func (p *Plugin) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, o
 	return fwk.Queue, nil
 }
 
-func (p *Plugin) isSchedulableAfterNodeStatusChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	newS, err := asNodeStatus(newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	if oldObj != nil {
-		oldS, err := asNodeStatus(oldObj)
-		if err != nil {
-			return fwk.Queue, err
-		}
-		if !p.mayHelp(oldS, newS) {
-			return fwk.QueueSkip, nil
-		}
-	}
-	// Something improved; requeue only if the pod's claim fits the node as reported now, so
-	// that in a full cluster a freed GPU does not send every pending pod through an attempt.
-	if !p.fitsReported(pod, newS) {
-		logger.V(5).Info("GpuNodeStatus improved, but the claim does not fit it", "pod", klog.KObj(pod), "node", newS.Name)
-		return fwk.QueueSkip, nil
-	}
-	return fwk.Queue, nil
-}
-
 // fitsWithout tells whether the pod's claim fits node in the ledger with the GPUs of pod gone
 // counted free (its release may not have reached the ledger yet). A claim that cannot be read,
 // or a node the ledger does not know, says yes.
@@ -140,48 +111,6 @@ func (p *Plugin) fitsWithout(pod *v1.Pod, node string, gone types.UID) bool {
 	return err == nil
 }
 
-// fitsReported tells whether the pod's claim fits a node as its GpuNodeStatus reports it:
-// healthy GPUs whose inUseBy is empty are free (a Shared claim may also join GPUs in use). A
-// claim that cannot be read says yes, so that PreFilter reports what is wrong. The agent's
-// inUseBy lags the leases; a GPU freed meanwhile comes with a later status, and the plugin's
-// own activator (which reads the leases) covers the gap.
-func (p *Plugin) fitsReported(pod *v1.Pod, gns *apiv1.GpuNodeStatus) bool {
-	name, ok := claimName(pod)
-	if !ok {
-		return false
-	}
-	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
-	if err != nil {
-		return true
-	}
-	req, err := requestFor(claim)
-	if err != nil {
-		return true
-	}
-	node := nodeNameOf(gns)
-	if gns.Status.LastHeartbeatTime.Time.Before(p.clock.Now().Add(-p.freshness)) || !p.nodeSelected(claim, node) {
-		return false
-	}
-	n := nodeFromStatus(gns)
-	inUse := map[int]int{}
-	for _, d := range gns.Status.Devices {
-		inUse[int(d.ID)] = len(d.InUseBy)
-	}
-	for i := range n.GPUs {
-		g := &n.GPUs[i]
-		if inUse[g.ID] == 0 {
-			continue
-		}
-		if req.Exclusivity == allocator.Shared {
-			g.SharedHolders = inUse[g.ID]
-		} else {
-			g.ExclusiveHolder = "in-use"
-		}
-	}
-	_, err = allocator.Allocate(n, req)
-	return err == nil
-}
-
 // mayHelp reports whether a GpuNodeStatus change can make a waiting pod schedulable: more
 // free, healthy or total GPUs, a GPU turned healthy, islands or bandwidths changed, or a stale
 // node fresh again. A heartbeat alone cannot.
@@ -194,58 +123,6 @@ func (p *Plugin) mayHelp(oldS, newS *apiv1.GpuNodeStatus) bool {
 	}
 	return newS.Status.LastHeartbeatTime.After(oldS.Status.LastHeartbeatTime.Time) &&
 		oldS.Status.LastHeartbeatTime.Time.Before(p.clock.Now().Add(-p.freshness))
-}
-
-func (p *Plugin) isSchedulableAfterClaimChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	newC, err := asClaim(newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	name, ok := claimName(pod)
-	if !ok || newC.Namespace != pod.Namespace || newC.Name != name {
-		return fwk.QueueSkip, nil
-	}
-	if oldObj == nil {
-		return fwk.Queue, nil
-	}
-	oldC, err := asClaim(oldObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	if newC.Generation != oldC.Generation || newC.Status.PodUID != oldC.Status.PodUID {
-		return fwk.Queue, nil
-	}
-	return fwk.QueueSkip, nil
-}
-
-// asNodeStatus accepts the typed object or the unstructured one the scheduler's dynamic
-// informer delivers for custom resources.
-func asNodeStatus(obj any) (*apiv1.GpuNodeStatus, error) {
-	switch o := obj.(type) {
-	case *apiv1.GpuNodeStatus:
-		return o, nil
-	case *unstructured.Unstructured:
-		out := &apiv1.GpuNodeStatus{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.UnstructuredContent(), out); err != nil {
-			return nil, fmt.Errorf("converting %s to GpuNodeStatus: %w", o.GetName(), err)
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("unexpected object %T for a GpuNodeStatus event", obj)
-}
-
-func asClaim(obj any) (*apiv1.GpuClaim, error) {
-	switch o := obj.(type) {
-	case *apiv1.GpuClaim:
-		return o, nil
-	case *unstructured.Unstructured:
-		out := &apiv1.GpuClaim{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.UnstructuredContent(), out); err != nil {
-			return nil, fmt.Errorf("converting %s/%s to GpuClaim: %w", o.GetNamespace(), o.GetName(), err)
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("unexpected object %T for a GpuClaim event", obj)
 }
 
 // gainedHealthy reports whether a GPU is Healthy in next that was not in prev.

@@ -6,8 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -93,15 +91,31 @@ func TestNodeChangeHint(t *testing.T) {
 	}
 }
 
-func toUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+func TestEventsToRegisterNames(t *testing.T) {
+	p := hintPlugin(t)
+	events, err := p.EventsToRegister(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &unstructured.Unstructured{Object: m}
+	// Only built-in resources: GpuNodeStatus and GpuClaim changes reach waiting pods through the
+	// plugin's own informers (a registered custom resource costs the scheduler a second,
+	// dynamic informer).
+	want := map[fwk.EventResource]bool{fwk.Pod: true, fwk.Node: true}
+	for _, e := range events {
+		if !want[e.Event.Resource] {
+			t.Errorf("unexpected event resource %q", e.Event.Resource)
+		}
+		delete(want, e.Event.Resource)
+		if e.QueueingHintFn == nil {
+			t.Errorf("event %s has no hint", e.Event.Label())
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("events not registered: %v", want)
+	}
 }
 
-func TestNodeStatusHint(t *testing.T) {
+func TestMayHelp(t *testing.T) {
 	p := hintPlugin(t)
 	now := p.clock.Now()
 	base := seedStatus("n", now)
@@ -117,127 +131,23 @@ func TestNodeStatusHint(t *testing.T) {
 	broke := base.DeepCopy()
 	broke.Status.Devices[0].Health = apiv1.Unhealthy
 	broke.Status.Healthy = 6
-	logger, _ := ktesting.NewTestContext(t)
-	tests := []struct {
+	rewired := base.DeepCopy()
+	rewired.Status.Devices[4].BandwidthGBps = 600
+	for _, tt := range []struct {
 		name     string
-		old, new any
-		want     fwk.QueueingHint
-		wantErr  bool
-	}{
-		{"added", nil, base, fwk.Queue, false},
-		{"added, unstructured", nil, toUnstructured(t, base), fwk.Queue, false},
-		{"GPU freed", base, freed, fwk.Queue, false},
-		{"GPU recovered", base, recovered, fwk.Queue, false},
-		{"heartbeat only", base, heartbeatOnly, fwk.QueueSkip, false},
-		{"stale node fresh again", stale, base, fwk.Queue, false},
-		{"GPU broke", base, broke, fwk.QueueSkip, false},
-		{"unchanged, unstructured", toUnstructured(t, base), toUnstructured(t, base), fwk.QueueSkip, false},
-		{"wrong type", nil, &v1.Pod{}, fwk.Queue, true},
-	}
-	for _, tt := range tests {
-		got, err := p.isSchedulableAfterNodeStatusChange(logger, gpuPod("p", "c"), tt.old, tt.new)
-		if got != tt.want || (err != nil) != tt.wantErr {
-			t.Errorf("%s: hint = %v, %v; want %v, err %v", tt.name, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
-func TestClaimHint(t *testing.T) {
-	p := hintPlugin(t)
-	c := &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", Generation: 1}}
-	other := &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other", Generation: 1}}
-	specChanged := c.DeepCopy()
-	specChanged.Generation = 2
-	released := c.DeepCopy()
-	released.Status.PodUID = ""
-	held := c.DeepCopy()
-	held.Status.PodUID = "someone"
-	msgOnly := held.DeepCopy()
-	msgOnly.Status.Message = "x"
-	logger, _ := ktesting.NewTestContext(t)
-	tests := []struct {
-		name     string
-		old, new any
-		want     fwk.QueueingHint
-		wantErr  bool
-	}{
-		{"the pod's claim created", nil, c, fwk.Queue, false},
-		{"the pod's claim created, unstructured", nil, toUnstructured(t, c), fwk.Queue, false},
-		{"another claim", nil, other, fwk.QueueSkip, false},
-		{"spec changed", c, specChanged, fwk.Queue, false},
-		{"released by its pod", held, released, fwk.Queue, false},
-		{"message only", held, msgOnly, fwk.QueueSkip, false},
-		{"wrong type", nil, &v1.Node{}, fwk.Queue, true},
-	}
-	for _, tt := range tests {
-		got, err := p.isSchedulableAfterClaimChange(logger, gpuPod("p", "c"), tt.old, tt.new)
-		if got != tt.want || (err != nil) != tt.wantErr {
-			t.Errorf("%s: hint = %v, %v; want %v, err %v", tt.name, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
-func TestEventsToRegisterNames(t *testing.T) {
-	p := hintPlugin(t)
-	events, err := p.EventsToRegister(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[fwk.EventResource]bool{fwk.Pod: true, fwk.Node: true, "gpunodestatuses.v1.gpu.scheduling": true, "gpuclaims.v1.gpu.scheduling": true}
-	for _, e := range events {
-		if !want[e.Event.Resource] {
-			t.Errorf("unexpected event resource %q", e.Event.Resource)
-		}
-		delete(want, e.Event.Resource)
-		if e.QueueingHintFn == nil {
-			t.Errorf("event %s has no hint", e.Event.Label())
-		}
-	}
-	if len(want) != 0 {
-		t.Errorf("events not registered: %v", want)
-	}
-}
-
-// In a full cluster every freed GPU improves some GpuNodeStatus; only pods whose claim fits the
-// node as reported now are requeued, not the whole backlog.
-func TestNodeStatusHintAsksWhetherTheClaimFits(t *testing.T) {
-	p := hintPlugin(t,
-		claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}),
-		claimObj("four-fast", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}}),
-		claimObj("eight", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 8}}),
-	)
-	now := p.clock.Now()
-	full := seedStatus("n", now) // GPUs 0-3 at 600 GB/s, 4-6 at 64 GB/s, 7 unhealthy
-	for i := range 7 {
-		full.Status.Devices[i].InUseBy = []string{"uid-other"}
-	}
-	full.Status.Free, full.Status.Healthy = 0, 7
-	twoFreed := full.DeepCopy()
-	twoFreed.Status.Devices[0].InUseBy, twoFreed.Status.Devices[1].InUseBy = nil, nil
-	twoFreed.Status.Free = 2
-	islandFreed := twoFreed.DeepCopy()
-	islandFreed.Status.Devices[2].InUseBy, islandFreed.Status.Devices[3].InUseBy = nil, nil
-	islandFreed.Status.Free = 4
-	staleFreed := twoFreed.DeepCopy()
-	staleFreed.Status.LastHeartbeatTime = metav1.NewTime(now.Add(-time.Hour))
-	logger, _ := ktesting.NewTestContext(t)
-	tests := []struct {
-		name     string
-		claim    string
 		old, new *apiv1.GpuNodeStatus
-		want     fwk.QueueingHint
+		want     bool
 	}{
-		{"two freed, claim for two", "two", full, twoFreed, fwk.Queue},
-		{"two freed, claim for a fast island of four", "four-fast", full, twoFreed, fwk.QueueSkip},
-		{"island freed, claim for a fast island of four", "four-fast", twoFreed, islandFreed, fwk.Queue},
-		{"island freed, claim for eight on a 7-healthy node", "eight", twoFreed, islandFreed, fwk.QueueSkip},
-		{"freed but the report is stale", "two", full, staleFreed, fwk.QueueSkip},
-		{"claim that does not exist", "missing", full, twoFreed, fwk.Queue},
-	}
-	for _, tt := range tests {
-		got, err := p.isSchedulableAfterNodeStatusChange(logger, gpuPod("p", tt.claim), tt.old, tt.new)
-		if got != tt.want || err != nil {
-			t.Errorf("%s: hint = %v, %v; want %v", tt.name, got, err, tt.want)
+		{"GPU freed", base, freed, true},
+		{"GPU recovered", base, recovered, true},
+		{"bandwidth changed", base, rewired, true},
+		{"heartbeat only", base, heartbeatOnly, false},
+		{"stale node fresh again", stale, base, true},
+		{"GPU broke", base, broke, false},
+		{"unchanged", base, base.DeepCopy(), false},
+	} {
+		if got := p.mayHelp(tt.old, tt.new); got != tt.want {
+			t.Errorf("%s: mayHelp = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

@@ -525,3 +525,41 @@ func TestPodDeletedHintAsksWhetherTheClaimFits(t *testing.T) {
 		}
 	}
 }
+
+// A claim update sends back the pods naming it only when it can matter: a new spec
+// (generation) or a change of holder; a status message alone does not.
+func TestClaimUpdateActivatesItsPods(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	e.p.waiting.add(gpuPod("p", "c"), "ns/c", "")
+	e.p.waiting.add(gpuPod("q", "other"), "ns/other", "")
+	c := &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", Generation: 1}}
+	held := c.DeepCopy()
+	held.Status.PodUID = "someone"
+	msgOnly := held.DeepCopy()
+	msgOnly.Status.Message = "x"
+	released := held.DeepCopy()
+	released.Status.PodUID = ""
+	specChanged := held.DeepCopy()
+	specChanged.Generation = 2
+	h := e.p.claimHandler(t.Context())
+	for _, tt := range []struct {
+		name     string
+		old, new *apiv1.GpuClaim
+		want     bool
+	}{
+		{"message only", held, msgOnly, false},
+		{"released by its pod", held, released, true},
+		{"spec changed", held, specChanged, true},
+	} {
+		e.activated.mu.Lock()
+		e.activated.pods = nil
+		e.activated.mu.Unlock()
+		h.OnUpdate(tt.old, tt.new)
+		if got := e.activated.has("ns/p"); got != tt.want {
+			t.Errorf("%s: pod of the claim activated = %v, want %v", tt.name, got, tt.want)
+		}
+		if e.activated.has("ns/q") {
+			t.Errorf("%s: a pod of another claim was activated", tt.name)
+		}
+	}
+}
