@@ -39,8 +39,8 @@ Feature: A gang binds all its pods or none
       gangRef: train
       gangSize: 2
       """
-    Then pod "w0" is pending: "gang {namespace}/train: the free GPUs fit 1 of the 2 pods still to place; none is placed until all fit"
-    And pod "w1" is pending: "gang {namespace}/train: the free GPUs fit 1 of the 2 pods still to place; none is placed until all fit"
+    Then pod "w0" is pending: "gang {namespace}/train: the free GPUs cannot take all 2 pods still to place at once; none is placed until they can"
+    And pod "w1" is pending: "gang {namespace}/train: the free GPUs cannot take all 2 pods still to place at once; none is placed until they can"
     When pod "small" claims 2 GPUs
     Then pod "small" is bound
     When 1 "dgx-a100" node joins the cluster

@@ -143,9 +143,11 @@ func (p *Plugin) gangPreFilter(claim *apiv1.GpuClaim, oldest time.Time) *fwk.Sta
 	if need <= 0 {
 		return nil
 	}
+	// The message leaves out how many would fit: it changes with every GPU freed or taken,
+	// and each change would be one more claim status write and one more event per member.
 	if fit := p.ledger.gangFits(unplaced, oldest, p.nodeSelected); fit < need {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf(
-			"gang %s: the free GPUs fit %d of the %d pods still to place; none is placed until all fit", g.key, fit, need))
+			"gang %s: the free GPUs cannot take all %d pods still to place at once; none is placed until they can", g.key, need))
 	}
 	return nil
 }

@@ -83,11 +83,11 @@ func TestGangPreFilterGates(t *testing.T) {
 	e.createPod(t, p2)
 	cs := framework.NewCycleState()
 	_, st = e.p.PreFilter(t.Context(), cs, p0, nil)
-	wantStatus(t, "two nodes for three members", st, fwk.Unschedulable, "gang ns/train: the free GPUs fit 2 of the 3 pods still to place; none is placed until all fit")
+	wantStatus(t, "two nodes for three members", st, fwk.Unschedulable, "gang ns/train: the free GPUs cannot take all 3 pods still to place at once; none is placed until they can")
 	// Preemption's dry run must not find room for one member of a gang held back.
 	ni := framework.NewNodeInfo()
 	ni.SetNode(nodes[0])
-	wantStatus(t, "Filter of a held-back member", e.p.Filter(t.Context(), cs, p0, ni), fwk.UnschedulableAndUnresolvable, "gang ns/train: the free GPUs fit 2")
+	wantStatus(t, "Filter of a held-back member", e.p.Filter(t.Context(), cs, p0, ni), fwk.UnschedulableAndUnresolvable, "gang ns/train: the free GPUs cannot take all 3")
 
 	e.setHealth(t, "c", apiv1.Healthy)
 	if _, st = e.p.PreFilter(t.Context(), framework.NewCycleState(), p0, nil); !st.IsSuccess() {

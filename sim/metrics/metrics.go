@@ -35,6 +35,8 @@ type Pod struct {
 	// Ended is when the pod finished or was deleted; zero with EndedOK false while it runs.
 	Ended   time.Duration `json:"ended,omitempty"`
 	EndedOK bool          `json:"endedOK"`
+	// Gang is the pod's gang (its claim's gangRef); empty outside a gang.
+	Gang string `json:"gang,omitempty"`
 }
 
 // HealthChange is a GPU turning Unhealthy or Healthy, as its GpuNodeStatus showed.
@@ -121,6 +123,17 @@ type Result struct {
 	MeanFragmentation float64       `json:"meanFragmentation"`
 	// Map is every node's GPUs at PeakAt.
 	Map []NodeMap `json:"map,omitempty"`
+	// Gangs counts the workload's gangs; of them GangsWhole had every member bound and
+	// GangsPartial some but not all. GangBindSpreadP50/P99 are, over whole gangs, the time from
+	// the first member's binding to the last one's. GangIdleGPUSeconds is the GPU time members
+	// held while waiting for their mates: for each bound member, (the last member's binding, or
+	// the end of the workload if one never bound) minus its own binding, times its GPUs.
+	Gangs              int           `json:"gangs,omitempty"`
+	GangsWhole         int           `json:"gangsWhole,omitempty"`
+	GangsPartial       int           `json:"gangsPartial,omitempty"`
+	GangBindSpreadP50  time.Duration `json:"gangBindSpreadP50,omitempty"`
+	GangBindSpreadP99  time.Duration `json:"gangBindSpreadP99,omitempty"`
+	GangIdleGPUSeconds float64       `json:"gangIdleGPUSeconds,omitempty"`
 }
 
 // Compute derives every figure from in.
@@ -178,6 +191,7 @@ func Compute(in Input) Result {
 	if r.MultiGPU > 0 {
 		r.ContiguityRatio = float64(r.Contiguous) / float64(r.MultiGPU)
 	}
+	gangFigures(in, &r)
 	// Second pass, to the peak, for the GPU map.
 	snap := newReplay(in)
 	snap.run(r.PeakAt, nil)
@@ -496,4 +510,46 @@ func (rp *replay) nodeMap() []NodeMap {
 		out = append(out, m)
 	}
 	return out
+}
+
+// gangFigures fills the gang counts, bind spreads and idle GPU time of r.
+func gangFigures(in Input, r *Result) {
+	gangs := map[string][]Pod{}
+	for _, p := range in.Pods {
+		if p.Gang != "" {
+			gangs[p.Gang] = append(gangs[p.Gang], p)
+		}
+	}
+	r.Gangs = len(gangs)
+	var spreads []time.Duration
+	for _, members := range gangs {
+		bound, first, last := 0, time.Duration(-1), time.Duration(0)
+		for _, m := range members {
+			if !m.BoundOK {
+				continue
+			}
+			bound++
+			if first < 0 || m.Bound < first {
+				first = m.Bound
+			}
+			last = max(last, m.Bound)
+		}
+		switch {
+		case bound == len(members):
+			r.GangsWhole++
+			spreads = append(spreads, last-first)
+		case bound > 0:
+			r.GangsPartial++
+			last = max(last, in.End) // the members bound waited until the end for the rest
+		}
+		for _, m := range members {
+			if m.BoundOK {
+				r.GangIdleGPUSeconds += (last - m.Bound).Seconds() * float64(m.GPUs)
+			}
+		}
+	}
+	if len(spreads) > 0 {
+		sort.Slice(spreads, func(i, j int) bool { return spreads[i] < spreads[j] })
+		r.GangBindSpreadP50, r.GangBindSpreadP99 = percentile(spreads, 0.50), percentile(spreads, 0.99)
+	}
 }

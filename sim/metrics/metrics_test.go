@@ -208,3 +208,30 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 		t.Fatal("malformed labels parsed")
 	}
 }
+
+// Gangs: a whole gang whose members bound 2 s apart, a gang bound at once, a gang split by a
+// scheduler that places members one by one (one member never bound), and single pods.
+func TestGangFigures(t *testing.T) {
+	in := Input{End: 60 * s, Pods: []Pod{
+		{Name: "a0", GPUs: 4, Gang: "a", Created: 0, Bound: 1 * s, BoundOK: true},
+		{Name: "a1", GPUs: 4, Gang: "a", Created: 0, Bound: 3 * s, BoundOK: true}, // a0 held 4 GPUs idle for 2 s
+		{Name: "b0", GPUs: 8, Gang: "b", Created: 0, Bound: 5 * s, BoundOK: true},
+		{Name: "b1", GPUs: 8, Gang: "b", Created: 0, Bound: 5 * s, BoundOK: true},
+		{Name: "c0", GPUs: 2, Gang: "c", Created: 0, Bound: 10 * s, BoundOK: true}, // waits until the end: 50 s x 2 GPUs
+		{Name: "c1", GPUs: 2, Gang: "c", Created: 0},
+		{Name: "solo", GPUs: 1, Created: 0, Bound: 1 * s, BoundOK: true},
+	}}
+	r := Compute(in)
+	if r.Gangs != 3 || r.GangsWhole != 2 || r.GangsPartial != 1 {
+		t.Errorf("gangs %d whole %d partial %d, want 3, 2, 1", r.Gangs, r.GangsWhole, r.GangsPartial)
+	}
+	if want := 2*4 + 50*2.0; r.GangIdleGPUSeconds != want {
+		t.Errorf("idle GPU-seconds %v, want %v", r.GangIdleGPUSeconds, want)
+	}
+	if r.GangBindSpreadP50 != 0 || r.GangBindSpreadP99 != 2*s {
+		t.Errorf("bind spread p50 %v p99 %v, want 0 and 2s", r.GangBindSpreadP50, r.GangBindSpreadP99)
+	}
+	if none := Compute(Input{End: s, Pods: []Pod{{Name: "x", GPUs: 1, Bound: s, BoundOK: true}}}); none.Gangs != 0 || none.GangIdleGPUSeconds != 0 {
+		t.Errorf("a workload without gangs: %+v", none)
+	}
+}

@@ -82,6 +82,11 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 		r.Checks = append(r.Checks, Check{Name: "island-local share of multi-GPU pods (where a free island fit)",
 			Want: fmt.Sprintf(">= %.0f%%", *e.MinIslandLocalRatio*100), Got: fmt.Sprintf("%.1f%% (%d of %d)", got*100, m.IslandLocal, m.IslandPossible), Pass: pass})
 	}
+	maxCheck("gangs partly bound", e.MaxPartialGangs, m.GangsPartial)
+	if v := e.MaxGangIdleGPUSeconds; v != nil {
+		r.Checks = append(r.Checks, Check{Name: "GPU-seconds held waiting for gang mates", Want: fmt.Sprintf("<= %g", *v),
+			Got: fmt.Sprintf("%.1f", m.GangIdleGPUSeconds), Pass: m.GangIdleGPUSeconds <= *v})
+	}
 	if d := e.AllScheduledWithin; d != nil {
 		pass := m.Unscheduled == 0 && m.LastBound <= d.Duration
 		got := fmt.Sprintf("last bound at %s", m.LastBound.Round(time.Millisecond))
@@ -174,6 +179,22 @@ func (r *Report) rows() [][]string {
 			return dur(x.Setup) + " / " + dur(x.Workload) + " / " + dur(x.Teardown)
 		}},
 	}
+	if r.hasGangs() {
+		items = append(items, []struct {
+			label string
+			f     f
+		}{
+			{"gangs whole / partial / of", func(x *runner.RunResult) string {
+				return fmt.Sprintf("%d / %d / %d", x.Metrics.GangsWhole, x.Metrics.GangsPartial, x.Metrics.Gangs)
+			}},
+			{"gang bind spread p50 / p99", func(x *runner.RunResult) string {
+				return dur(x.Metrics.GangBindSpreadP50) + " / " + dur(x.Metrics.GangBindSpreadP99)
+			}},
+			{"GPU-seconds held waiting for gang mates", func(x *runner.RunResult) string {
+				return fmt.Sprintf("%.0f", x.Metrics.GangIdleGPUSeconds)
+			}},
+		}...)
+	}
 	var out [][]string
 	for _, it := range items {
 		row := []string{it.label}
@@ -183,6 +204,16 @@ func (r *Report) rows() [][]string {
 		out = append(out, row)
 	}
 	return out
+}
+
+// hasGangs tells whether the workload had gangs; their rows are shown only then.
+func (r *Report) hasGangs() bool {
+	for _, x := range r.Runs {
+		if x.Metrics.Gangs > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Table writes the terminal report.

@@ -515,7 +515,7 @@ func collect(rec *recorder, plan []scenario.PodPlan, t0, end time.Duration, stoc
 	}
 	for _, p := range plan {
 		r := rec.pods[p.Name]
-		mp := metrics.Pod{Name: p.Name, Kind: p.Kind, GPUs: p.Claim.Count, Shared: p.Claim.Exclusivity == string(gpuv1.Shared)}
+		mp := metrics.Pod{Name: p.Name, Kind: p.Kind, GPUs: p.Claim.Count, Shared: p.Claim.Exclusivity == string(gpuv1.Shared), Gang: p.Gang}
 		if r != nil {
 			mp.Created = r.created - t0
 			if r.boundOK {

@@ -97,6 +97,9 @@ func buildClaim(p scenario.PodPlan, ns, run string) *gpuv1.GpuClaim {
 	if t := p.Claim.Topology; t != nil {
 		c.Spec.Topology = &gpuv1.TopologyRequirement{Mode: gpuv1.TopologyMode(t.Mode), MinBandwidthGBps: int32(t.MinBandwidthGBps)}
 	}
+	if p.Gang != "" {
+		c.Spec.GangRef, c.Spec.GangSize = p.Gang, ptr.To(int32(p.GangSize))
+	}
 	return c
 }
 

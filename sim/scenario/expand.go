@@ -21,6 +21,10 @@ type PodPlan struct {
 	Duration time.Duration `json:"duration,omitempty"`
 	// DeleteAt deletes the pod at this offset; 0 never.
 	DeleteAt time.Duration `json:"deleteAt,omitempty"`
+	// Gang is the gangRef of the pod's claim and GangSize the number of pods in the gang;
+	// empty and 0 outside a gang.
+	Gang     string `json:"gang,omitempty"`
+	GangSize int    `json:"gangSize,omitempty"`
 }
 
 // Expand returns the workload's pods ordered by arrival. The result depends only on the
@@ -29,8 +33,14 @@ func Expand(s *Scenario) []PodPlan {
 	w := s.Spec.Workload
 	if len(w.Trace) > 0 {
 		out := make([]PodPlan, 0, len(w.Trace))
+		gangSize := map[string]int{}
 		for _, e := range w.Trace {
-			p := PodPlan{Name: e.Name, At: e.At.Duration, Kind: "trace", Duration: e.Duration.Duration}
+			if e.Gang != "" {
+				gangSize[e.Gang]++
+			}
+		}
+		for _, e := range w.Trace {
+			p := PodPlan{Name: e.Name, At: e.At.Duration, Kind: "trace", Duration: e.Duration.Duration, Gang: e.Gang, GangSize: gangSize[e.Gang]}
 			if e.Claim != nil {
 				p.Claim = *e.Claim
 			}
@@ -75,13 +85,25 @@ func Expand(s *Scenario) []PodPlan {
 		if span := m.Duration.Max.Duration - d; span > 0 {
 			d += time.Duration(choices.Int64N(int64(span) + 1)).Round(time.Millisecond)
 		}
-		claim := m.Claim
-		claim.PreferIDs = append([]int(nil), m.Claim.PreferIDs...)
-		out = append(out, PodPlan{
-			Name: fmt.Sprintf("pod-%0*d", width, i), At: at, Kind: m.Name, Claim: claim, Duration: d,
-		})
+		name := fmt.Sprintf("pod-%0*d", width, i)
+		if m.Gang < 2 {
+			out = append(out, PodPlan{Name: name, At: at, Kind: m.Name, Claim: cloneClaim(m.Claim), Duration: d})
+			continue
+		}
+		// A gang: its members arrive together and run equally long.
+		for j := range m.Gang {
+			out = append(out, PodPlan{
+				Name: fmt.Sprintf("%s-%d", name, j), At: at, Kind: m.Name, Claim: cloneClaim(m.Claim), Duration: d,
+				Gang: "gang-" + name[len("pod-"):], GangSize: m.Gang,
+			})
+		}
 	}
 	return out
+}
+
+func cloneClaim(c ClaimSpec) ClaimSpec {
+	c.PreferIDs = append([]int(nil), c.PreferIDs...)
+	return c
 }
 
 func pick(r *rand.Rand, mix []MixEntry, total int) int {

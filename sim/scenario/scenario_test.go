@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,8 @@ type goldenPod struct {
 	Claim    ClaimSpec `json:"claim"`
 	Duration string    `json:"duration,omitempty"`
 	DeleteAt string    `json:"deleteAt,omitempty"`
+	Gang     string    `json:"gang,omitempty"`
+	GangSize int       `json:"gangSize,omitempty"`
 }
 
 type golden struct {
@@ -46,7 +49,7 @@ func render(t *testing.T, s *Scenario) []byte {
 	sum := Summarize(plan)
 	g := golden{Scenario: s, Pods: sum.Pods, GPUs: sum.GPUs, ByKind: sum.ByKind, Span: sum.Span.String()}
 	for _, p := range plan[:min(8, len(plan))] {
-		g.First = append(g.First, goldenPod{Name: p.Name, At: p.At.String(), Kind: p.Kind, Claim: p.Claim, Duration: str(p.Duration), DeleteAt: str(p.DeleteAt)})
+		g.First = append(g.First, goldenPod{Name: p.Name, At: p.At.String(), Kind: p.Kind, Claim: p.Claim, Duration: str(p.Duration), DeleteAt: str(p.DeleteAt), Gang: p.Gang, GangSize: p.GangSize})
 	}
 	out, err := yaml.Marshal(g)
 	if err != nil {
@@ -159,5 +162,46 @@ func TestPoissonRate(t *testing.T) {
 	span := plan[len(plan)-1].At.Seconds()
 	if rate := float64(len(plan)) / span; rate < 90 || rate > 110 {
 		t.Fatalf("mean rate %.1f pods/s, want about 100", rate)
+	}
+}
+
+// TestExpandGangs: a gang mix entry makes each arrival a group of pods created together, with
+// one gangRef and the group's size; other entries stay single pods.
+func TestExpandGangs(t *testing.T) {
+	s := &Scenario{Spec: Spec{Seed: 7, Workload: Workload{
+		Bursts: []Burst{{At: D(0), Pods: 3}, {At: D(5 * time.Second), Pods: 3}},
+		Mix: []MixEntry{
+			{Name: "workers", Weight: 1, Gang: 4, Claim: ClaimSpec{Count: 8}, Duration: DurationRange{Min: D(time.Second), Max: D(9 * time.Second)}},
+			{Name: "solo", Weight: 1, Claim: ClaimSpec{Count: 1}},
+		},
+	}}}
+	plan := Expand(s)
+	gangs := map[string][]PodPlan{}
+	solo := 0
+	for _, p := range plan {
+		if p.Gang == "" {
+			solo++
+			if p.Kind != "solo" || p.GangSize != 0 {
+				t.Errorf("pod %s outside a gang: kind %s, gangSize %d", p.Name, p.Kind, p.GangSize)
+			}
+			continue
+		}
+		gangs[p.Gang] = append(gangs[p.Gang], p)
+	}
+	if solo+4*len(gangs) != len(plan) || len(gangs)+solo != 6 || len(gangs) == 0 || solo == 0 {
+		t.Fatalf("%d pods: %d gangs and %d single pods from 6 arrivals", len(plan), len(gangs), solo)
+	}
+	for g, members := range gangs {
+		if len(members) != 4 {
+			t.Errorf("gang %s has %d members, want 4", g, len(members))
+		}
+		for _, m := range members {
+			if m.GangSize != 4 || m.At != members[0].At || m.Duration != members[0].Duration || m.Kind != "workers" {
+				t.Errorf("gang %s member %s: size %d at %s for %s, first member at %s for %s", g, m.Name, m.GangSize, m.At, m.Duration, members[0].At, members[0].Duration)
+			}
+		}
+	}
+	if again := Expand(s); !reflect.DeepEqual(again, plan) {
+		t.Error("the same seed expanded to another plan")
 	}
 }

@@ -131,6 +131,10 @@ type MixEntry struct {
 	// Duration is how long the pod runs once started (kwok then completes it); a fixed
 	// value or a uniform range. Zero means the pod runs until the run ends.
 	Duration DurationRange `json:"duration,omitzero"`
+	// Gang makes each arrival of this kind a gang of Gang pods (2 or more), created at the
+	// same instant, each with its own claim, sharing a gangRef: gpu-scheduler binds them all
+	// or none. The stock scheduler places them one by one.
+	Gang int `json:"gang,omitempty"`
 }
 
 // DurationRange is either fixed (Min only, or Min == Max) or uniform in [Min, Max].
@@ -170,6 +174,9 @@ type TraceEntry struct {
 	Duration Duration `json:"duration,omitzero"`
 	// DeleteAt deletes the pod at this offset, whatever its state.
 	DeleteAt *Duration `json:"deleteAt,omitzero"`
+	// Gang names the gang the pod belongs to; the entries with the same gang are one gang
+	// (at least two), and its size is their number.
+	Gang string `json:"gang,omitempty"`
 }
 
 // Fault types.
@@ -204,6 +211,10 @@ type Expectations struct {
 	MaxUnhealthyAllocations *int     `json:"maxUnhealthyAllocations,omitempty"`
 	MaxLeasesLeft           *int     `json:"maxLeasesLeft,omitempty"`
 	MinIslandLocalRatio     *float64 `json:"minIslandLocalRatio,omitempty"`
+	// MaxPartialGangs: gangs with some but not all members bound at the end.
+	MaxPartialGangs *int `json:"maxPartialGangs,omitempty"`
+	// MaxGangIdleGPUSeconds: GPU time gang members held while waiting for their mates.
+	MaxGangIdleGPUSeconds *float64 `json:"maxGangIdleGPUSeconds,omitempty"`
 	// AllScheduledWithin: every pod is bound by this offset from the start of the workload.
 	AllScheduledWithin *Duration `json:"allScheduledWithin,omitzero"`
 }

@@ -2,6 +2,8 @@ package scenario
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +21,8 @@ const (
 	MaxNodes = 20000
 	// MaxPods in one workload.
 	MaxPods = 100000
+	// MaxGangSize is the most pods one gang may have (the GpuClaim's gangSize limit).
+	MaxGangSize = 1024
 	// MaxRate is the fastest arrival rate: the control plane creates ~1,000 pods/s on 2 cores,
 	// and a faster rate is a burst anyway.
 	MaxRate = 2000.0
@@ -144,6 +148,7 @@ func (c *checker) validate(s *Scenario) {
 		"spec.expectations.maxDoubleBookedGPUs":     e.MaxDoubleBookedGPUs,
 		"spec.expectations.maxUnhealthyAllocations": e.MaxUnhealthyAllocations,
 		"spec.expectations.maxLeasesLeft":           e.MaxLeasesLeft,
+		"spec.expectations.maxPartialGangs":         e.MaxPartialGangs,
 	} {
 		if v != nil && *v < 0 {
 			c.add(path, "must not be negative, got %d", *v)
@@ -151,6 +156,9 @@ func (c *checker) validate(s *Scenario) {
 	}
 	if r := e.MinIslandLocalRatio; r != nil && (*r < 0 || *r > 1) {
 		c.add("spec.expectations.minIslandLocalRatio", "must be a ratio between 0 and 1, got %g; write 0.95 for 95%%", *r)
+	}
+	if v := e.MaxGangIdleGPUSeconds; v != nil && *v < 0 {
+		c.add("spec.expectations.maxGangIdleGPUSeconds", "must not be negative, got %g", *v)
 	}
 	if d := e.AllScheduledWithin; d != nil && d.Duration <= 0 {
 		c.add("spec.expectations.allScheduledWithin", "must be positive, got %s", d.Duration)
@@ -268,7 +276,11 @@ func (c *checker) validateWorkload(w *Workload, pools []NodePool) {
 		}
 		total += max(b.Pods, 0)
 	}
-	total += len(w.Trace)
+	biggest := 1
+	for _, m := range w.Mix {
+		biggest = max(biggest, min(m.Gang, MaxGangSize))
+	}
+	total = total*biggest + len(w.Trace)
 	if total > MaxPods {
 		c.add(p, "%d pods in all; one run plays at most %d", total, MaxPods)
 	}
@@ -295,8 +307,15 @@ func (c *checker) validateWorkload(w *Workload, pools []NodePool) {
 		if m.Duration.Max.Duration < m.Duration.Min.Duration {
 			c.add(mp+".duration.max", "%s is shorter than min %s", m.Duration.Max.Duration, m.Duration.Min.Duration)
 		}
+		switch {
+		case m.Gang < 0 || m.Gang > MaxGangSize:
+			c.add(mp+".gang", "must be between 2 and %d pods, got %d", MaxGangSize, m.Gang)
+		case m.Gang == 1:
+			c.add(mp+".gang", "a gang of 1 is a single pod; remove gang or make it 2 or more")
+		}
 	}
 	pods := map[string]bool{}
+	gangs := map[string][]int{}
 	for i, e := range w.Trace {
 		tp := fmt.Sprintf("%s.trace[%d]", p, i)
 		if msgs := validation.IsDNS1123Label(e.Name); len(msgs) > 0 {
@@ -322,6 +341,19 @@ func (c *checker) validateWorkload(w *Workload, pools []NodePool) {
 		}
 		if e.DeleteAt != nil && e.DeleteAt.Duration <= e.At.Duration {
 			c.add(tp+".deleteAt", "%s is not after at %s; a pod is deleted after it is created", e.DeleteAt.Duration, e.At.Duration)
+		}
+		if e.Gang != "" {
+			if msgs := validation.IsDNS1123Subdomain(e.Gang); len(msgs) > 0 {
+				c.add(tp+".gang", "%q is not a valid gang name; use lower-case letters, digits, '-' and '.'", e.Gang)
+			}
+			gangs[e.Gang] = append(gangs[e.Gang], i)
+		}
+	}
+	for _, g := range slices.Sorted(maps.Keys(gangs)) {
+		if idx := gangs[g]; len(idx) == 1 {
+			c.add(fmt.Sprintf("%s.trace[%d].gang", p, idx[0]), "gang %q has only this pod; a gang needs 2 or more", g)
+		} else if len(idx) > MaxGangSize {
+			c.add(fmt.Sprintf("%s.trace[%d].gang", p, idx[0]), "gang %q has %d pods; at most %d", g, len(idx), MaxGangSize)
 		}
 	}
 }
