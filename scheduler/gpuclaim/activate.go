@@ -77,17 +77,9 @@ func (p *Plugin) activateChanged(ctx context.Context) {
 // mayFitOn tells whether the pod's claim fits one of nodes now, judged from the ledger's
 // summaries. A claim that cannot be read says yes: PreFilter then reports what is wrong.
 func (p *Plugin) mayFitOn(pod *v1.Pod, nodes []string, oldest time.Time) bool {
-	name, ok := claimName(pod)
-	if !ok {
-		return false
-	}
-	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
-	if err != nil {
-		return true
-	}
-	req, err := requestFor(claim)
-	if err != nil {
-		return true
+	claim, req, named, err := p.podRequest(pod)
+	if !named || err != nil {
+		return named // a claim that cannot be read or served: let PreFilter say why
 	}
 	for _, n := range nodes {
 		if p.ledger.fitsOn(n, &req, oldest) && p.nodeSelected(claim, n) {

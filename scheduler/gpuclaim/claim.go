@@ -16,6 +16,21 @@ func claimName(pod *v1.Pod) (string, bool) {
 	return name, ok
 }
 
+// podRequest reads the claim a pod names and turns it into a request. named is false when the
+// pod names no claim; err is set when the claim cannot be read or is invalid.
+func (p *Plugin) podRequest(pod *v1.Pod) (claim *apiv1.GpuClaim, req allocator.Request, named bool, err error) {
+	name, ok := claimName(pod)
+	if !ok {
+		return nil, req, false, nil
+	}
+	claim, err = p.claimLister.GpuClaims(pod.Namespace).Get(name)
+	if err != nil {
+		return nil, req, true, fmt.Errorf("reading GpuClaim %s/%s: %w", pod.Namespace, name, err)
+	}
+	req, err = requestFor(claim)
+	return claim, req, true, err
+}
+
 // claimKey is "namespace/name".
 func claimKey(namespace, name string) string { return namespace + "/" + name }
 

@@ -85,17 +85,9 @@ func (p *Plugin) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, o
 // counted free (its release may not have reached the ledger yet). A claim that cannot be read,
 // or a node the ledger does not know, says yes.
 func (p *Plugin) fitsWithout(pod *v1.Pod, node string, gone types.UID) bool {
-	name, ok := claimName(pod)
-	if !ok {
-		return false
-	}
-	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
-	if err != nil {
-		return true
-	}
-	req, err := requestFor(claim)
-	if err != nil {
-		return true
+	claim, req, named, err := p.podRequest(pod)
+	if !named || err != nil {
+		return named // a claim that cannot be read or served: let PreFilter say why
 	}
 	if !p.nodeSelected(claim, node) {
 		return false
