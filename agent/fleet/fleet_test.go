@@ -47,7 +47,7 @@ func TestFleet(t *testing.T) {
 	gpus := gpufake.NewSimpleClientset()
 	f, err := fleet.New(fleet.Config{
 		KubeClient: kube, GPUClient: gpus, LeaseNamespace: "gpu-scheduler",
-		Agent:            agent.Config{ProbeInterval: 20 * time.Millisecond, MinWriteInterval: -1, HeartbeatInterval: time.Hour},
+		Agent:            agent.Config{ProbeInterval: 20 * time.Millisecond, MinWriteInterval: -1, UsageWriteInterval: -1, HeartbeatInterval: time.Hour},
 		EventWaitTimeout: 5 * time.Millisecond,
 	})
 	if err != nil {
