@@ -36,7 +36,11 @@ if [ -z "${FORCE:-}" ] && [ ${#missing[@]} -eq 0 ] && [ -f "$stamp" ] && [ "$(ca
 fi
 rm -f "$stamp"
 
-avail_kb=$(df -Pk "$(go env GOCACHE | xargs dirname)" | awk 'NR==2 {print $4}')
+# The Go caches may not exist yet on a new machine (no ~/.cache): measure the nearest directory
+# that does.
+probe=$(go env GOCACHE)
+while [ ! -d "$probe" ] && [ "$probe" != / ]; do probe=$(dirname "$probe"); done
+avail_kb=$(df -Pk "$probe" | awk 'NR==2 {print $4}')
 if [ "${avail_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
 	echo "tools: only $((avail_kb / 1024)) MiB free for the Go caches; a cold build needs ~8 GiB (free some disk)" >&2
 	exit 1
