@@ -19,8 +19,19 @@ const (
 	// kubelet resolves it when the container starts, after binding.
 	AnnotationGPUIDs = GroupName + "/gpu-ids"
 
-	// SchedulerName is the profile our kube-scheduler serves.
+	// AnnotationClaimTemplate is set by the user on a pod or a controller's pod template: the name
+	// of a GpuClaimTemplate (same namespace). A GpuClaim is made from it for every such pod, named
+	// by ClaimNameForPod and owned by the pod.
+	AnnotationClaimTemplate = GroupName + "/claim-template"
+	// AnnotationSchedulingMap is set by the user on a pod template: an explicit placement map,
+	// one "<pod-index>=<node>:<gpu-ids>" entry per line (seed 002's gpu-scheduling-map).
+	AnnotationSchedulingMap = GroupName + "/gpu-scheduling-map"
+
+	// SchedulerName is the default name of the profile our kube-scheduler serves. Every binary
+	// takes --scheduler-name / SCHEDULER_NAME to serve another (two releases side by side).
 	SchedulerName = "gpu-scheduler"
+	// SchedulerNameEnv is the environment variable that overrides SchedulerName in every binary.
+	SchedulerNameEnv = "SCHEDULER_NAME"
 
 	// LabelPrefix prefixes every label this project puts on nodes and leases.
 	LabelPrefix = GroupName + "/"
