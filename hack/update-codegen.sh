@@ -18,7 +18,9 @@ out=api/generated
 
 "$bin/controller-gen" object:headerFile="$header" paths=./api/v1/...
 rm -rf charts/gpu-scheduler/crds
-"$bin/controller-gen" crd paths=./api/v1/... output:crd:dir=charts/gpu-scheduler/crds
+# generateEmbeddedObjectMeta keeps the labels and annotations of embedded pod templates (they
+# would be pruned otherwise).
+"$bin/controller-gen" crd:generateEmbeddedObjectMeta=true paths=./api/v1/... output:crd:dir=charts/gpu-scheduler/crds
 
 rm -rf "$out"
 "$bin/client-gen" --go-header-file "$header" --clientset-name versioned \

@@ -28,6 +28,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&GpuClaim{}, &GpuClaimList{},
 		&GpuNodeStatus{}, &GpuNodeStatusList{},
+		&GpuWorkload{}, &GpuWorkloadList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

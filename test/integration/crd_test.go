@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -73,4 +74,92 @@ func TestCRDRejectsBadClaims(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCRDRejectsBadWorkloads applies bad GpuWorkloads to the real apiserver and checks that
+// each is rejected with the field named.
+func TestCRDRejectsBadWorkloads(t *testing.T) {
+	ns := namespace(t, "crdgw")
+	dyn, err := dynamic.NewForConfig(env.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	workloads := dyn.Resource(schema.GroupVersionResource{Group: "gpu.scheduling", Version: "v1", Resource: "gpuworkloads"}).Namespace(ns)
+	const tmpl = `template: {spec: {containers: [{name: c, image: busybox}]}}`
+	tests := []struct {
+		name string
+		spec string
+		want string // empty: accepted
+	}{
+		{"minimal", `{claim: {spec: {devices: {count: 1}}}, ` + tmpl + `}`, ""},
+		{"template reference", `{replicas: 2, claim: {templateName: train-8x}, nodeStrategy: cost-aware, ` + tmpl + `}`, ""},
+		{"gang", `{replicas: 4, gang: true, priorityClassName: high, nodeStrategy: round-robin, retryPolicy: {maxRetries: 0, backoffSeconds: 1}, claim: {spec: {devices: {count: 8}}}, ` + tmpl + `}`, ""},
+		{"negative retries", `{retryPolicy: {maxRetries: -1}, claim: {spec: {devices: {count: 1}}}, ` + tmpl + `}`,
+			"spec.retryPolicy.maxRetries: Invalid value: -1: spec.retryPolicy.maxRetries in body should be greater than or equal to 0"},
+		{"backoff 0", `{retryPolicy: {backoffSeconds: 0}, claim: {spec: {devices: {count: 1}}}, ` + tmpl + `}`,
+			"spec.retryPolicy.backoffSeconds: Invalid value: 0: spec.retryPolicy.backoffSeconds in body should be greater than or equal to 1"},
+		{"backoff over five minutes", `{retryPolicy: {backoffSeconds: 301}, claim: {spec: {devices: {count: 1}}}, ` + tmpl + `}`,
+			"spec.retryPolicy.backoffSeconds: Invalid value: 301: spec.retryPolicy.backoffSeconds in body should be less than or equal to 300"},
+		{"negative replicas", `{replicas: -1, claim: {spec: {devices: {count: 1}}}, ` + tmpl + `}`,
+			"spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"},
+		{"gang of 0 replicas", `{replicas: 0, gang: true, claim: {spec: {devices: {count: 1}}}, ` + tmpl + `}`,
+			"spec.replicas: Invalid value: a gang needs at least 1 replica"},
+		{"0 replicas without gang", `{replicas: 0, claim: {spec: {devices: {count: 1}}}, ` + tmpl + `}`, ""},
+		{"unknown strategy", `{nodeStrategy: cheapest, claim: {spec: {devices: {count: 1}}}, ` + tmpl + `}`,
+			`spec.nodeStrategy: Unsupported value: "cheapest": supported values: "binpack", "spread", "least-utilized", "round-robin", "random", "cost-aware"`},
+		{"no claim", tmpl, "spec.claim: Required value"},
+		{"both claim forms", `{claim: {templateName: t, spec: {devices: {count: 1}}}, ` + tmpl + `}`,
+			"spec.claim: Invalid value: set exactly one of claim.spec and claim.templateName"},
+		{"neither claim form", `{claim: {}, ` + tmpl + `}`,
+			"spec.claim: Invalid value: set exactly one of claim.spec and claim.templateName"},
+		{"gangRef in the claim", `{claim: {spec: {devices: {count: 1}, gangRef: g}}, ` + tmpl + `}`,
+			"spec.claim.spec.gangRef: Invalid value: claim.spec.gangRef is set by the controller; use gang: true instead"},
+		{"gang with a template reference", `{gang: true, claim: {templateName: t}, ` + tmpl + `}`,
+			"spec.claim: Invalid value: gang: true needs an inline claim.spec"},
+		{"bad claim spec", `{claim: {spec: {devices: {count: 0}}}, ` + tmpl + `}`,
+			"spec.claim.spec.devices.count: Invalid value: 0: spec.claim.spec.devices.count in body should be greater than or equal to 1"},
+		{"no template", `{claim: {spec: {devices: {count: 1}}}}`, "spec.template: Required value"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var spec map[string]any
+			if err := yaml.Unmarshal([]byte(tt.spec), &spec); err != nil {
+				t.Fatal(err)
+			}
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "gpu.scheduling/v1",
+				"kind":       "GpuWorkload",
+				"metadata":   map[string]any{"name": fmt.Sprintf("w%d", i)},
+				"spec":       spec,
+			}}
+			_, err := workloads.Create(t.Context(), obj, metav1.CreateOptions{})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("valid workload rejected: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("bad workload accepted; want %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v\nwant it to contain %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("name too long", func(t *testing.T) {
+		var spec map[string]any
+		if err := yaml.Unmarshal([]byte(`{claim: {spec: {devices: {count: 1}}}, `+tmpl+`}`), &spec); err != nil {
+			t.Fatal(err)
+		}
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "gpu.scheduling/v1", "kind": "GpuWorkload",
+			"metadata": map[string]any{"name": strings.Repeat("w", 53)}, "spec": spec,
+		}}
+		_, err := workloads.Create(t.Context(), obj, metav1.CreateOptions{})
+		const want = "metadata.name must be at most 52 characters"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("error = %v, want it to contain %q", err, want)
+		}
+	})
 }

@@ -57,6 +57,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Gpu().V1().GpuClaims().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("gpunodestatuses"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Gpu().V1().GpuNodeStatuses().Informer()}, nil
+	case v1.SchemeGroupVersion.WithResource("gpuworkloads"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Gpu().V1().GpuWorkloads().Informer()}, nil
 
 	}
 

@@ -29,3 +29,11 @@ type GpuClaimNamespaceListerExpansion interface{}
 // GpuNodeStatusListerExpansion allows custom methods to be added to
 // GpuNodeStatusLister.
 type GpuNodeStatusListerExpansion interface{}
+
+// GpuWorkloadListerExpansion allows custom methods to be added to
+// GpuWorkloadLister.
+type GpuWorkloadListerExpansion interface{}
+
+// GpuWorkloadNamespaceListerExpansion allows custom methods to be added to
+// GpuWorkloadNamespaceLister.
+type GpuWorkloadNamespaceListerExpansion interface{}

@@ -28,6 +28,8 @@ type Interface interface {
 	GpuClaims() GpuClaimInformer
 	// GpuNodeStatuses returns a GpuNodeStatusInformer.
 	GpuNodeStatuses() GpuNodeStatusInformer
+	// GpuWorkloads returns a GpuWorkloadInformer.
+	GpuWorkloads() GpuWorkloadInformer
 }
 
 type version struct {
@@ -49,4 +51,9 @@ func (v *version) GpuClaims() GpuClaimInformer {
 // GpuNodeStatuses returns a GpuNodeStatusInformer.
 func (v *version) GpuNodeStatuses() GpuNodeStatusInformer {
 	return &gpuNodeStatusInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// GpuWorkloads returns a GpuWorkloadInformer.
+func (v *version) GpuWorkloads() GpuWorkloadInformer {
+	return &gpuWorkloadInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

@@ -30,6 +30,7 @@ type GpuV1Interface interface {
 	RESTClient() rest.Interface
 	GpuClaimsGetter
 	GpuNodeStatusesGetter
+	GpuWorkloadsGetter
 }
 
 // GpuV1Client is used to interact with features provided by the gpu.scheduling group.
@@ -43,6 +44,10 @@ func (c *GpuV1Client) GpuClaims(namespace string) GpuClaimInterface {
 
 func (c *GpuV1Client) GpuNodeStatuses() GpuNodeStatusInterface {
 	return newGpuNodeStatuses(c)
+}
+
+func (c *GpuV1Client) GpuWorkloads(namespace string) GpuWorkloadInterface {
+	return newGpuWorkloads(c, namespace)
 }
 
 // NewForConfig creates a new GpuV1Client for the given config.

@@ -21,3 +21,5 @@ package v1
 type GpuClaimExpansion interface{}
 
 type GpuNodeStatusExpansion interface{}
+
+type GpuWorkloadExpansion interface{}

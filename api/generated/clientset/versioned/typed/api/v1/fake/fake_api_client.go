@@ -36,6 +36,10 @@ func (c *FakeGpuV1) GpuNodeStatuses() v1.GpuNodeStatusInterface {
 	return newFakeGpuNodeStatuses(c)
 }
 
+func (c *FakeGpuV1) GpuWorkloads(namespace string) v1.GpuWorkloadInterface {
+	return newFakeGpuWorkloads(c, namespace)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeGpuV1) RESTClient() rest.Interface {
