@@ -110,6 +110,7 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerLifecycleSteps(sc)
 	registerWebhookSteps(sc)
 	registerValidationSteps(sc)
+	registerGpuWorkloadSteps(sc)
 }
 
 func (s *Suite) beforeScenario(ctx context.Context, p *godog.Scenario) (context.Context, error) {
@@ -158,6 +159,10 @@ func (st *scenario) cleanup(ctx context.Context) error {
 	}
 	if err := s.ensureSchedulerRunning(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	// GpuWorkloads go before their pods, or their controller would make the pods again.
+	if err := s.gpu.GpuV1().GpuWorkloads(st.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("deleting the GpuWorkloads of namespace %s: %w", st.ns, err))
 	}
 	// Pods go first and at once, so the scheduler releases their leases while the nodes exist.
 	pods := s.kube.CoreV1().Pods(st.ns)

@@ -45,6 +45,8 @@ type Suite struct {
 	gpu     versioned.Interface
 	webhook *launch.Webhook
 	agents  *agentFleet
+	// controller is the gpu-controller (GpuWorkloads); it runs for the whole suite.
+	controller *launch.Controller
 
 	// scenarios numbers the scenarios, for names that never repeat within a run.
 	scenarios atomic.Int64
@@ -101,7 +103,10 @@ func Start(ctx context.Context, opts Options) (_ *Suite, err error) {
 	if _, err := s.restartScheduler(ctx); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(opts.Out, "acceptance: control plane, webhook, agents and gpu-scheduler up in %s (work dir %s)\n",
+	if s.controller, err = launch.StartController(ctx, s.cluster, launch.ControllerOptions{}); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(opts.Out, "acceptance: control plane, webhook, agents, gpu-scheduler and gpu-controller up in %s (work dir %s)\n",
 		time.Since(began).Round(time.Millisecond), s.cluster.WorkDir())
 	return s, nil
 }

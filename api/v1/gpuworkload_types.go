@@ -61,8 +61,35 @@ const (
 // MaxWorkloadReplicas bounds spec.replicas (a gang's gangSize has the same bound).
 const MaxWorkloadReplicas = 1024
 
-// MaxRetryBackoffSeconds caps one wait between retries: five minutes.
-const MaxRetryBackoffSeconds = 300
+// Defaults the API server fills in; the controller uses the same when a field is absent (an
+// object written before the schema had the default).
+const (
+	DefaultWorkloadReplicas = 1
+	DefaultMaxRetries       = 3
+	DefaultBackoffSeconds   = 10
+)
+
+// WorkloadReplicas is spec.replicas, defaulted.
+func (s *GpuWorkloadSpec) WorkloadReplicas() int32 {
+	if s.Replicas == nil {
+		return DefaultWorkloadReplicas
+	}
+	return *s.Replicas
+}
+
+// Retries is spec.retryPolicy.maxRetries and backoffSeconds, defaulted.
+func (s *GpuWorkloadSpec) Retries() (maxRetries, backoffSeconds int32) {
+	maxRetries, backoffSeconds = DefaultMaxRetries, DefaultBackoffSeconds
+	if p := s.RetryPolicy; p != nil {
+		if p.MaxRetries != nil {
+			maxRetries = *p.MaxRetries
+		}
+		if p.BackoffSeconds != nil {
+			backoffSeconds = *p.BackoffSeconds
+		}
+	}
+	return maxRetries, backoffSeconds
+}
 
 // +genclient
 // +kubebuilder:object:root=true
@@ -97,7 +124,7 @@ type GpuWorkloadSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1024
 	// +optional
-	Replicas int32 `json:"replicas"`
+	Replicas *int32 `json:"replicas,omitempty"`
 	// Template is the pod every replica runs. The controller sets schedulerName to
 	// gpu-scheduler, the claim annotation, priorityClassName and the node strategy
 	// annotation; restartPolicy defaults to Never so that a failed pod can be retried.
@@ -120,7 +147,7 @@ type GpuWorkloadSpec struct {
 	// RetryPolicy says how often and how soon failed pods are recreated.
 	// +kubebuilder:default={}
 	// +optional
-	RetryPolicy RetryPolicy `json:"retryPolicy"`
+	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
 }
 
 // WorkloadClaim is the claim of every replica: an inline spec or a GpuClaimTemplate's name.
@@ -145,13 +172,13 @@ type RetryPolicy struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	// +optional
-	MaxRetries int32 `json:"maxRetries"`
+	MaxRetries *int32 `json:"maxRetries,omitempty"`
 	// BackoffSeconds is the wait before the first retry.
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=300
 	// +optional
-	BackoffSeconds int32 `json:"backoffSeconds"`
+	BackoffSeconds *int32 `json:"backoffSeconds,omitempty"`
 }
 
 // GpuWorkloadStatus is what the controller saw.

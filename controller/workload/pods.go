@@ -114,7 +114,7 @@ func newClaim(gw *apiv1.GpuWorkload, pod *corev1.Pod, index, attempt int32) *api
 	}
 	if gw.Spec.Gang {
 		c.Spec.GangRef = gangName(gw, attempt)
-		c.Spec.GangSize = ptr.To(gw.Spec.Replicas)
+		c.Spec.GangSize = ptr.To(gw.Spec.WorkloadReplicas())
 	}
 	return c
 }

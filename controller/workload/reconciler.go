@@ -152,7 +152,8 @@ func (r *Reconciler) sync(ctx context.Context, gw *apiv1.GpuWorkload, pods []*co
 	logger := klog.FromContext(ctx)
 	old := gw.Status.DeepCopy()
 	st := &gw.Status
-	n := gw.Spec.Replicas
+	n := gw.Spec.WorkloadReplicas()
+	maxRetries, backoffSeconds := gw.Spec.Retries()
 	reps := make([]replica, n)
 	for i := range reps {
 		reps[i].index = int32(i)
@@ -217,13 +218,13 @@ func (r *Reconciler) sync(ctx context.Context, gw *apiv1.GpuWorkload, pods []*co
 			cost = 1
 		}
 		if st.NextRetryTime == nil {
-			if st.Retries+cost > gw.Spec.RetryPolicy.MaxRetries {
+			if st.Retries+cost > maxRetries {
 				return reconcile.Result{}, r.fail(ctx, gw, old, reps, reason,
-					fmt.Sprintf("%s; no retries left (%d of %d used)", message, st.Retries, gw.Spec.RetryPolicy.MaxRetries))
+					fmt.Sprintf("%s; no retries left (%d of %d used)", message, st.Retries, maxRetries))
 			}
-			wait := Backoff(time.Duration(gw.Spec.RetryPolicy.BackoffSeconds)*time.Second, st.Retries, r.jitter())
+			wait := Backoff(time.Duration(backoffSeconds)*time.Second, st.Retries, r.jitter())
 			st.NextRetryTime = &metav1.Time{Time: now.Add(wait)}
-			st.Message = fmt.Sprintf("%s; retry %d of %d in %s", message, st.Retries+1, gw.Spec.RetryPolicy.MaxRetries, wait.Round(time.Millisecond))
+			st.Message = fmt.Sprintf("%s; retry %d of %d in %s", message, st.Retries+1, maxRetries, wait.Round(time.Millisecond))
 			r.recorder.Eventf(gw, nil, corev1.EventTypeWarning, reason, "Retry", st.Message)
 			if err := r.writeStatus(ctx, gw, old, reps); err != nil {
 				return reconcile.Result{}, err
@@ -247,7 +248,7 @@ func (r *Reconciler) sync(ctx context.Context, gw *apiv1.GpuWorkload, pods []*co
 		}
 		st.Retries += cost
 		st.NextRetryTime = nil
-		st.Message = fmt.Sprintf("retry %d of %d: recreating %d pods after: %s", st.Retries, gw.Spec.RetryPolicy.MaxRetries, len(retry), message)
+		st.Message = fmt.Sprintf("retry %d of %d: recreating %d pods after: %s", st.Retries, maxRetries, len(retry), message)
 		if err := r.writeStatus(ctx, gw, old, reps); err != nil {
 			return reconcile.Result{}, err
 		}

@@ -66,7 +66,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, gw *apiv1.GpuWorkload, old
 		}
 		st.Replicas = append(st.Replicas, rs)
 	}
-	n := gw.Spec.Replicas
+	n := gw.Spec.WorkloadReplicas()
 	st.ObservedGeneration = gw.Generation
 	st.ReadyReplicas = ready
 	st.Ready = fmt.Sprintf("%d/%d", ready, n)
