@@ -54,6 +54,34 @@ Feature: A GpuWorkload runs replicas with GPUs of their own, retries failures an
     And GpuWorkload "train" has a Warning event "Failed" saying "Running → Failed"
     And no GPU lease is held
 
+  Scenario: The scheduler follows each workload's node strategy
+    Given a cluster of 3 "dgx-a100" nodes
+    When GpuWorkload "packed" is applied:
+      """yaml
+      replicas: 3
+      claim: {spec: {devices: {count: 1}}}
+      """
+    Then the replicas of GpuWorkload "packed" run on 1 different nodes
+    When GpuWorkload "turns" is applied:
+      """yaml
+      replicas: 3
+      nodeStrategy: round-robin
+      claim: {spec: {devices: {count: 1}}}
+      """
+    Then the replicas of GpuWorkload "turns" run on 3 different nodes
+
+  Scenario: A cost-aware workload goes to the cheapest node
+    Given 1 "dgx-a100" node labelled "gpu.scheduling/cost=5"
+    And 1 "dgx-a100" node labelled "gpu.scheduling/cost=0.5"
+    And 1 "dgx-a100" node labelled "pool=unpriced"
+    When GpuWorkload "cheap" is applied:
+      """yaml
+      replicas: 2
+      nodeStrategy: cost-aware
+      claim: {spec: {devices: {count: 2}}}
+      """
+    Then the replicas of GpuWorkload "cheap" all run on node 1
+
   Scenario: Deleting a workload removes its pods, claims and GPU leases
     Given a cluster of 1 "dgx-a100" node
     When GpuWorkload "train" is applied:

@@ -34,6 +34,8 @@ func registerGpuWorkloadSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^GpuWorkload "([^"]*)" is deleted$`, deleteWorkload)
 	sc.Step(`^GpuWorkload "([^"]*)" is gone with its pods, claims and GPU leases$`, workloadGone)
 	sc.Step(`^the API server refuses these GpuWorkloads:$`, refusesWorkloads)
+	sc.Step(`^the replicas of GpuWorkload "([^"]*)" run on (\d+) different nodes$`, replicasOnNodes)
+	sc.Step(`^the replicas of GpuWorkload "([^"]*)" all run on node (\d+)$`, replicasOnNode)
 }
 
 // workloadObject reads a GpuWorkload spec written as YAML in a feature file and fits it to the
@@ -379,6 +381,49 @@ func refusesWorkloads(ctx context.Context, table *godog.Table) error {
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%s", strings.Join(problems, "\n"))
+	}
+	return nil
+}
+
+// runningNodes waits until the workload runs and returns the node of each replica.
+func (st *scenario) runningNodes(ctx context.Context, name string) ([]string, error) {
+	var nodes []string
+	err := st.waitWorkload(ctx, name, "is Running", waitBound, func(gw *apiv1.GpuWorkload) (bool, string) {
+		nodes = nodes[:0]
+		for _, rs := range gw.Status.Replicas {
+			nodes = append(nodes, rs.Node)
+		}
+		return gw.Status.Phase == apiv1.WorkloadRunning, fmt.Sprintf("phase %q", gw.Status.Phase)
+	})
+	return nodes, err
+}
+
+func replicasOnNodes(ctx context.Context, name string, n int) error {
+	st := state(ctx)
+	nodes, err := st.runningNodes(ctx, name)
+	if err != nil {
+		return err
+	}
+	if distinct := slices.Compact(slices.Sorted(slices.Values(nodes))); len(distinct) != n {
+		return fmt.Errorf("the replicas of GpuWorkload %s run on %v: %d different nodes, want %d", name, nodes, len(distinct), n)
+	}
+	return nil
+}
+
+func replicasOnNode(ctx context.Context, name string, i int) error {
+	st := state(ctx)
+	want, err := st.node(i)
+	if err != nil {
+		return err
+	}
+	nodes, err := st.runningNodes(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n != want {
+			return fmt.Errorf("the replicas of GpuWorkload %s run on %v; want all on node %d (%s)", name, nodes, i, want)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,14 @@
 package allocator
 
-import "fmt"
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
+)
 
 // score fills res.Score, res.IslandLocal and res.Islands: the quality of the placement on this
 // node, 0..100, made of weighted parts that each range 0..100.
@@ -98,22 +106,41 @@ const (
 	// LeastUtilized prefers nodes whose GPUs the agent reports least busy; without reports it
 	// behaves as SpreadNodes.
 	LeastUtilized Strategy = "least-utilized"
+	// RoundRobin walks the nodes in name order: the node after the last one a round-robin pod
+	// went to ranks first. See RoundRobinScores.
+	RoundRobin Strategy = "round-robin"
+	// Random ranks the nodes in an order drawn for each pod. See RandomScores.
+	Random Strategy = "random"
+	// CostAware prefers the cheapest nodes by their cost label. See CostScores.
+	CostAware Strategy = "cost-aware"
 )
+
+// Strategies lists every strategy, in the order messages name them.
+var Strategies = []Strategy{Binpack, SpreadNodes, LeastUtilized, RoundRobin, Random, CostAware}
 
 // ParseStrategy reads a strategy name.
 func ParseStrategy(s string) (Strategy, error) {
-	switch Strategy(s) {
-	case Binpack, SpreadNodes, LeastUtilized:
-		return Strategy(s), nil
+	for _, v := range Strategies {
+		if Strategy(s) == v {
+			return v, nil
+		}
 	}
-	return "", fmt.Errorf("unknown node strategy %q: want %q, %q or %q", s, Binpack, SpreadNodes, LeastUtilized)
+	return "", fmt.Errorf("unknown node strategy %q: want one of %q, %q, %q, %q, %q, %q", s, Binpack, SpreadNodes, LeastUtilized, RoundRobin, Random, CostAware)
+}
+
+// Ranked reports whether a strategy ranks nodes against each other (round-robin, random,
+// cost-aware): its scores come from one of the *Scores functions over all candidate nodes,
+// not from one node's GPUs.
+func (s Strategy) Ranked() bool {
+	return s == RoundRobin || s == Random || s == CostAware
 }
 
 // placementWeight is how much placement quality counts against the node strategy. Quality
 // dominates so that an island-local placement on any node beats a cross-island one.
 const placementWeight = 70
 
-// NodeScore ranks a node for a request whose placement on it is res: 0..100.
+// NodeScore ranks a node for a request whose placement on it is res: 0..100. For a ranked
+// strategy (Strategy.Ranked) use NodeScoreWith and the strategy's own scores instead.
 func NodeScore(n *Node, res Result, s Strategy) int {
 	healthy, used, utilSum, utilN := 0, 0, 0, 0
 	for i := range n.GPUs {
@@ -146,7 +173,117 @@ func NodeScore(n *Node, res Result, s Strategy) int {
 			strategy = 100 - packed
 		}
 	}
+	return NodeScoreWith(res, strategy)
+}
+
+// NodeScoreWith combines a placement's quality with a strategy score (0..100) of its node.
+func NodeScoreWith(res Result, strategy int) int {
+	strategy = max(0, min(100, strategy))
 	return (placementWeight*res.Score + (100-placementWeight)*strategy) / 100
+}
+
+// rankScores scores nodes by their place in order: the first 100, the last 0, evenly between.
+func rankScores(order []string) map[string]int {
+	out := make(map[string]int, len(order))
+	for i, n := range order {
+		if len(order) == 1 {
+			out[n] = 100
+			continue
+		}
+		out[n] = 100 - 100*i/(len(order)-1)
+	}
+	return out
+}
+
+// RoundRobinScores ranks nodes in name order starting with the first name after last (the
+// node the previous round-robin pod went to), wrapping around; with no last, from the first.
+func RoundRobinScores(nodes []string, last string) map[string]int {
+	order := slices.Clone(nodes)
+	slices.Sort(order)
+	order = slices.Compact(order)
+	start, _ := slices.BinarySearch(order, last)
+	if start < len(order) && order[start] == last {
+		start++
+	}
+	if len(order) == 0 {
+		return map[string]int{}
+	}
+	start %= len(order)
+	rotated := make([]string, 0, len(order))
+	rotated = append(rotated, order[start:]...)
+	rotated = append(rotated, order[:start]...)
+	return rankScores(rotated)
+}
+
+// RandomScores ranks nodes in a pseudo-random order that depends only on seed and key (the
+// pod): every pod gets an order of its own, and the same pod with the same seed always the
+// same one, so tests can pin it.
+func RandomScores(nodes []string, seed uint64, key string) map[string]int {
+	type drawn struct {
+		node string
+		v    uint64
+	}
+	d := make([]drawn, 0, len(nodes))
+	for _, n := range nodes {
+		h := fnv.New64a()
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], seed)
+		h.Write(b[:])
+		h.Write([]byte(key))
+		h.Write([]byte{0})
+		h.Write([]byte(n))
+		d = append(d, drawn{n, h.Sum64()})
+	}
+	slices.SortFunc(d, func(a, b drawn) int {
+		if c := cmp.Compare(a.v, b.v); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.node, b.node)
+	})
+	order := make([]string, len(d))
+	for i := range d {
+		order[i] = d[i].node
+	}
+	return rankScores(order)
+}
+
+// ParseCost reads a node cost label: a finite, non-negative decimal number.
+func ParseCost(v string) (float64, error) {
+	c, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(c) || math.IsInf(c, 0) || c < 0 {
+		return 0, fmt.Errorf("node cost %q is not a non-negative number", v)
+	}
+	return c, nil
+}
+
+// CostScores ranks nodes by cost, the cheapest 100 and the dearest 0 in proportion between;
+// a node whose cost is unknown (cost returns false) scores 0, below every priced node. When
+// all priced nodes cost the same they all score 100.
+func CostScores(nodes []string, cost func(node string) (float64, bool)) map[string]int {
+	out := make(map[string]int, len(nodes))
+	lo, hi, priced := math.Inf(1), math.Inf(-1), false
+	costs := make(map[string]float64, len(nodes))
+	for _, n := range nodes {
+		c, ok := cost(n)
+		if !ok {
+			continue
+		}
+		costs[n], priced = c, true
+		lo, hi = math.Min(lo, c), math.Max(hi, c)
+	}
+	for _, n := range nodes {
+		c, ok := costs[n]
+		switch {
+		case !ok:
+			out[n] = 0
+		case !priced || hi == lo:
+			out[n] = 100
+		default:
+			// Priced nodes keep at least 1 so that the dearest still beats an unpriced one.
+			out[n] = 1 + int(99*(hi-c)/(hi-lo))
+		}
+	}
+	return out
 }
 
 func contains(ids []int, id int) bool {

@@ -22,7 +22,8 @@ type Args struct {
 	// LeaseNamespace holds every GPU Lease; a lock split across namespaces is no lock.
 	// Default "gpu-scheduler".
 	LeaseNamespace *string `json:"leaseNamespace,omitempty"`
-	// NodeStrategy ranks nodes: binpack (default), spread or least-utilized.
+	// NodeStrategy ranks nodes: binpack (default), spread, least-utilized, round-robin, random or
+	// cost-aware. A pod's gpu.scheduling/node-strategy annotation overrides it for that pod.
 	NodeStrategy *string `json:"nodeStrategy,omitempty"`
 	// StatusFreshnessSeconds is how old a GpuNodeStatus heartbeat may be before the node is
 	// no longer trusted. Default 600.
@@ -78,8 +79,11 @@ func ValidateArgs(path *field.Path, a *Args) error {
 	if a.NodeStrategy == nil {
 		errs = append(errs, field.Required(path.Child("nodeStrategy"), ""))
 	} else if _, err := allocator.ParseStrategy(*a.NodeStrategy); err != nil {
-		errs = append(errs, field.NotSupported(path.Child("nodeStrategy"), *a.NodeStrategy,
-			[]string{string(allocator.Binpack), string(allocator.SpreadNodes), string(allocator.LeastUtilized)}))
+		supported := make([]string, len(allocator.Strategies))
+		for i, s := range allocator.Strategies {
+			supported[i] = string(s)
+		}
+		errs = append(errs, field.NotSupported(path.Child("nodeStrategy"), *a.NodeStrategy, supported))
 	}
 	if a.StatusFreshnessSeconds == nil || *a.StatusFreshnessSeconds < 1 {
 		errs = append(errs, field.Invalid(path.Child("statusFreshnessSeconds"), ptr.Deref(a.StatusFreshnessSeconds, 0), "must be at least 1"))

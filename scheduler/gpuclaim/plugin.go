@@ -64,11 +64,13 @@ var (
 
 // Plugin is the GpuClaimPlugin.
 type Plugin struct {
-	handle    fwk.Handle
-	args      *Args
-	strategy  allocator.Strategy
-	freshness time.Duration
-	clock     clock.Clock
+	handle   fwk.Handle
+	args     *Args
+	strategy allocator.Strategy
+	// roundRobin remembers where the last round-robin pod went (score.go).
+	roundRobin roundRobinCursor
+	freshness  time.Duration
+	clock      clock.Clock
 
 	client      kubernetes.Interface
 	gpuClient   versioned.Interface

@@ -146,7 +146,7 @@ func (e *testEnv) reserve(t *testing.T, pod *v1.Pod) (string, *fwk.Status, fwk.C
 	if !st.IsSuccess() {
 		return "", st, cs
 	}
-	best, bestScore := "", int64(-1)
+	var feasible []fwk.NodeInfo
 	for _, n := range e.nodes {
 		if res != nil && !res.AllNodes() && !res.NodeNames.Has(n.Name) {
 			continue
@@ -156,12 +156,21 @@ func (e *testEnv) reserve(t *testing.T, pod *v1.Pod) (string, *fwk.Status, fwk.C
 		if st := e.p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
 			continue
 		}
+		feasible = append(feasible, ni)
+	}
+	if len(feasible) > 0 {
+		if st := e.p.PreScore(ctx, cs, pod, feasible); !st.IsSuccess() {
+			t.Fatalf("PreScore: %v", st)
+		}
+	}
+	best, bestScore := "", int64(-1)
+	for _, ni := range feasible {
 		score, st := e.p.Score(ctx, cs, pod, ni)
 		if !st.IsSuccess() {
-			t.Fatalf("Score(%s): %v", n.Name, st)
+			t.Fatalf("Score(%s): %v", ni.Node().Name, st)
 		}
 		if score > bestScore {
-			best, bestScore = n.Name, score
+			best, bestScore = ni.Node().Name, score
 		}
 	}
 	if best == "" {

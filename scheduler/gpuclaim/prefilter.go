@@ -35,6 +35,9 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	logger := klog.FromContext(ctx)
+	if _, err := p.podStrategy(pod); err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
 	if name == "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("pod %s/%s has an empty %s annotation; set it to the name of a GpuClaim in namespace %s", pod.Namespace, pod.Name, apiv1.AnnotationClaim, pod.Namespace))

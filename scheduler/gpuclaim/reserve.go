@@ -32,6 +32,9 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return fwk.AsStatus(fmt.Errorf("reserving GPUs on node %s for pod %s/%s: %w", nodeName, pod.Namespace, pod.Name, err))
 	}
 	s.node, s.ids, s.islands = nodeName, res.IDs, res.Islands
+	if s.strategy == allocator.RoundRobin {
+		p.roundRobin.set(nodeName)
+	}
 	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "claim", s.key, "node", nodeName, "gpus", res.IDs, "score", res.Score, "note", res.Note)
 	return nil
 }

@@ -33,6 +33,11 @@ type stateData struct {
 	// gangHeld is why PreFilter held a gang member back; Filter refuses every node then.
 	gangHeld string
 
+	// strategy is the node strategy of this pod (its annotation, else the plugin's); ranks
+	// are a ranked strategy's scores of the candidate nodes, written by PreScore.
+	strategy allocator.Strategy
+	ranks    map[string]int
+
 	// results are Filter's placements per node, reused by Score; shared by clones.
 	results *nodeResults
 	// removed lists, per node, the pods a preemption dry run took off it: Filter judges the

@@ -1,0 +1,108 @@
+package gpuclaim
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// placeOneGPUPods schedules n pods of one GPU each, with the given node-strategy annotation
+// ("" for none), and returns the nodes they went to in order.
+func placeOneGPUPods(t *testing.T, nodes []*v1.Node, n int, strategy string) []string {
+	t.Helper()
+	var claims []runtime.Object
+	for i := range n {
+		claims = append(claims, claimObj(fmt.Sprintf("c%d", i), apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	}
+	e := newTestEnv(t, nodes, claims...)
+	var got []string
+	for i := range n {
+		pod := gpuPod(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i))
+		if strategy != "" {
+			pod.Annotations[apiv1.AnnotationNodeStrategy] = strategy
+		}
+		node, st, _ := e.schedule(t, pod)
+		if st != nil {
+			t.Fatalf("pod %d: %v", i, st)
+		}
+		got = append(got, node)
+	}
+	return got
+}
+
+func TestNodeStrategyPerPod(t *testing.T) {
+	three := []*v1.Node{node("a", nil), node("b", nil), node("c", nil)}
+	t.Run("the plugin default (binpack) fills one node", func(t *testing.T) {
+		if got := placeOneGPUPods(t, three, 4, ""); !slices.Equal(got, []string{"a", "a", "a", "a"}) {
+			t.Fatalf("placed on %v", got)
+		}
+	})
+	t.Run("round-robin takes the nodes in turn", func(t *testing.T) {
+		if got := placeOneGPUPods(t, three, 5, "round-robin"); !slices.Equal(got, []string{"a", "b", "c", "a", "b"}) {
+			t.Fatalf("placed on %v", got)
+		}
+	})
+	t.Run("spread keeps the nodes even", func(t *testing.T) {
+		got := placeOneGPUPods(t, three, 6, "spread")
+		count := map[string]int{}
+		for _, n := range got {
+			count[n]++
+		}
+		if !maps.Equal(count, map[string]int{"a": 2, "b": 2, "c": 2}) {
+			t.Fatalf("placed on %v", got)
+		}
+	})
+	t.Run("cost-aware takes the cheapest node, unlabelled last", func(t *testing.T) {
+		nodes := []*v1.Node{
+			node("a", map[string]string{apiv1.LabelNodeCost: "3"}),
+			node("b", map[string]string{apiv1.LabelNodeCost: "0.5"}),
+			node("c", nil),
+			node("d", map[string]string{apiv1.LabelNodeCost: "not-a-number"}),
+		}
+		if got := placeOneGPUPods(t, nodes, 3, "cost-aware"); !slices.Equal(got, []string{"b", "b", "b"}) {
+			t.Fatalf("placed on %v", got)
+		}
+	})
+	t.Run("random follows the pod's own order", func(t *testing.T) {
+		eight := make([]*v1.Node, 8)
+		names := make([]string, 8)
+		for i := range eight {
+			names[i] = fmt.Sprintf("n%d", i)
+			eight[i] = node(names[i], nil)
+		}
+		got := placeOneGPUPods(t, eight, 6, "random")
+		for i, n := range got {
+			// Every node is empty or holds one 1-GPU pod: the strategy decides unless the
+			// placement quality of a used node outweighs it, so check against the ranking.
+			ranks := allocator.RandomScores(names, 0, string(gpuPod(fmt.Sprintf("p%d", i), "").UID))
+			if ranks[n] < 50 {
+				t.Errorf("pod %d went to %s, ranked %d of 100 for it (%v)", i, n, ranks[n], ranks)
+			}
+		}
+		if distinct := len(slices.Compact(slices.Sorted(slices.Values(got)))); distinct < 3 {
+			t.Errorf("6 random pods went to only %d nodes: %v", distinct, got)
+		}
+		if again := placeOneGPUPods(t, eight, 6, "random"); !slices.Equal(got, again) {
+			t.Errorf("the same pods went to %v, then %v", got, again)
+		}
+	})
+}
+
+func TestNodeStrategyAnnotationRejected(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	pod := gpuPod("p", "c")
+	pod.Annotations[apiv1.AnnotationNodeStrategy] = "cheapest"
+	_, st, _ := e.schedule(t, pod)
+	if st == nil || st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), `annotation gpu.scheduling/node-strategy: unknown node strategy "cheapest"`) {
+		t.Fatalf("status %v", st)
+	}
+}
