@@ -215,9 +215,10 @@ type GpuWorkloadStatus struct {
 	// Retries counts the pods recreated after a failure (a gang retried counts once).
 	// +optional
 	Retries int32 `json:"retries,omitempty"`
-	// NextRetryTime is when the pending retry happens.
+	// NextRetryTime is when the pending retry happens (microseconds: the jitter of a short
+	// backoff is a fraction of a second).
 	// +optional
-	NextRetryTime *metav1.Time `json:"nextRetryTime,omitempty"`
+	NextRetryTime *metav1.MicroTime `json:"nextRetryTime,omitempty"`
 	// Message says what happened last, or what is wrong, in words.
 	// +optional
 	Message string `json:"message,omitempty"`

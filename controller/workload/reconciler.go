@@ -223,9 +223,9 @@ func (r *Reconciler) sync(ctx context.Context, gw *apiv1.GpuWorkload, pods []*co
 					fmt.Sprintf("%s; no retries left (%d of %d used)", message, st.Retries, maxRetries))
 			}
 			wait := Backoff(time.Duration(backoffSeconds)*time.Second, st.Retries, r.jitter())
-			st.NextRetryTime = &metav1.Time{Time: now.Add(wait)}
+			st.NextRetryTime = &metav1.MicroTime{Time: now.Add(wait)}
 			st.Message = fmt.Sprintf("%s; retry %d of %d in %s", message, st.Retries+1, maxRetries, wait.Round(time.Millisecond))
-			r.recorder.Eventf(gw, nil, corev1.EventTypeWarning, reason, "Retry", st.Message)
+			r.recorder.Eventf(gw, nil, corev1.EventTypeWarning, reason, "Retry", "%s", st.Message)
 			if err := r.writeStatus(ctx, gw, old, reps); err != nil {
 				return reconcile.Result{}, err
 			}
@@ -248,12 +248,13 @@ func (r *Reconciler) sync(ctx context.Context, gw *apiv1.GpuWorkload, pods []*co
 		}
 		st.Retries += cost
 		st.NextRetryTime = nil
-		st.Message = fmt.Sprintf("retry %d of %d: recreating %d pods after: %s", st.Retries, maxRetries, len(retry), message)
+		note := fmt.Sprintf("retry %d of %d: recreating %d pods after: %s", st.Retries, maxRetries, len(retry), message)
+		st.Message = note
 		if err := r.writeStatus(ctx, gw, old, reps); err != nil {
 			return reconcile.Result{}, err
 		}
 		retriesTotal.Add(float64(cost))
-		r.recorder.Eventf(gw, nil, corev1.EventTypeNormal, "Retrying", "Retry", st.Message)
+		r.recorder.Eventf(gw, nil, corev1.EventTypeNormal, "Retrying", "Retry", "%s", note)
 		for _, i := range retry {
 			if reps[i].pod != nil {
 				if err := r.deletePod(ctx, gw, reps[i].pod, "retried"); err != nil {

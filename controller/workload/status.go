@@ -48,7 +48,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, gw *apiv1.GpuWorkload, old
 		case rep.done:
 			rs = prev[rep.index] // succeeded; its pod may be gone
 		}
-		if rs.Node != "" {
+		if rs.Node != "" && rs.Phase != corev1.PodFailed {
 			bound++
 			if rs.Phase != corev1.PodSucceeded && rs.Phase != corev1.PodFailed {
 				nodes[rs.Node] = true

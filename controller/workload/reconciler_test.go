@@ -1,0 +1,307 @@
+package workload
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+type testEnv struct {
+	c      client.Client
+	r      *Reconciler
+	clock  *clocktesting.FakeClock
+	events *events.FakeRecorder
+	key    types.NamespacedName
+}
+
+func newEnv(t *testing.T, spec apiv1.GpuWorkloadSpec) *testEnv {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Template.Spec.Containers) == 0 {
+		spec.Template.Spec.Containers = []corev1.Container{{Name: "main", Image: "img"}}
+	}
+	gw := &apiv1.GpuWorkload{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ns", UID: "gw-uid", Generation: 1}, Spec: spec}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(gw).WithStatusSubresource(&apiv1.GpuWorkload{}, &corev1.Pod{}).Build()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rec := events.NewFakeRecorder(100)
+	r := newReconciler(c, c, rec, Options{Clock: clk, Jitter: func() float64 { return 0.5 }})
+	return &testEnv{c: c, r: r, clock: clk, events: rec, key: types.NamespacedName{Namespace: "ns", Name: "train"}}
+}
+
+func (e *testEnv) reconcile(t *testing.T) reconcile.Result {
+	t.Helper()
+	res, err := e.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: e.key})
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	return res
+}
+
+func (e *testEnv) workload(t *testing.T) *apiv1.GpuWorkload {
+	t.Helper()
+	gw := &apiv1.GpuWorkload{}
+	if err := e.c.Get(context.Background(), e.key, gw); err != nil {
+		t.Fatal(err)
+	}
+	return gw
+}
+
+func (e *testEnv) podNames(t *testing.T) []string {
+	t.Helper()
+	var list corev1.PodList
+	if err := e.c.List(context.Background(), &list, client.InNamespace("ns")); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// setPod changes a pod the way the scheduler and kubelet would.
+func (e *testEnv) setPod(t *testing.T, name string, change func(*corev1.Pod)) {
+	t.Helper()
+	pod := &corev1.Pod{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: name}, pod); err != nil {
+		t.Fatal(err)
+	}
+	change(pod)
+	status := pod.Status
+	if err := e.c.Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = status
+	if err := e.c.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func running(node, ids string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Annotations[apiv1.AnnotationAllocated] = node + ":" + ids
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+}
+
+func failed(p *corev1.Pod) {
+	p.Status.Phase = corev1.PodFailed
+	p.Status.Message = "GPU 0 has fallen off the bus"
+}
+
+func inlineSpec(replicas, maxRetries, backoff int32) apiv1.GpuWorkloadSpec {
+	return apiv1.GpuWorkloadSpec{
+		Replicas:     ptr.To(replicas),
+		Claim:        apiv1.WorkloadClaim{Spec: &apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}},
+		RetryPolicy:  &apiv1.RetryPolicy{MaxRetries: ptr.To(maxRetries), BackoffSeconds: ptr.To(backoff)},
+		NodeStrategy: apiv1.StrategyRoundRobin,
+	}
+}
+
+func TestReplicasGetPodsAndOwnedClaims(t *testing.T) {
+	e := newEnv(t, inlineSpec(2, 1, 4))
+	e.reconcile(t)
+	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-0", "train-1-0"}) {
+		t.Fatalf("pods %v", got)
+	}
+	pod := &corev1.Pod{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "train-1-0"}, pod); err != nil {
+		t.Fatal(err)
+	}
+	if pod.Spec.SchedulerName != apiv1.SchedulerName || pod.Annotations[apiv1.AnnotationClaim] != "train-1-0" ||
+		pod.Annotations[apiv1.AnnotationNodeStrategy] != "round-robin" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever ||
+		!metav1.IsControlledBy(pod, e.workload(t)) {
+		t.Fatalf("pod %+v", pod)
+	}
+	claim := &apiv1.GpuClaim{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "train-1-0"}, claim); err != nil {
+		t.Fatal(err)
+	}
+	if !metav1.IsControlledBy(claim, pod) || claim.Spec.Devices.Count != 2 || claim.Spec.GangRef != "" {
+		t.Fatalf("claim %+v", claim)
+	}
+	gw := e.workload(t)
+	if !slices.Contains(gw.Finalizers, apiv1.FinalizerWorkload) || gw.Status.Phase != apiv1.WorkloadPending || gw.Status.Ready != "0/2" {
+		t.Fatalf("workload %+v", gw.Status)
+	}
+
+	e.setPod(t, "train-0-0", running("node-a", "0,1"))
+	e.setPod(t, "train-1-0", running("node-b", "2,3"))
+	e.reconcile(t)
+	gw = e.workload(t)
+	want := []apiv1.ReplicaStatus{
+		{Index: 0, Pod: "train-0-0", Claim: "train-0-0", Phase: corev1.PodRunning, Node: "node-a", GpuIDs: []int32{0, 1}},
+		{Index: 1, Pod: "train-1-0", Claim: "train-1-0", Phase: corev1.PodRunning, Node: "node-b", GpuIDs: []int32{2, 3}},
+	}
+	if gw.Status.Phase != apiv1.WorkloadRunning || gw.Status.Ready != "2/2" || gw.Status.GPUs != 4 ||
+		!slices.Equal(gw.Status.Nodes, []string{"node-a", "node-b"}) || len(gw.Status.Replicas) != 2 {
+		t.Fatalf("status %+v", gw.Status)
+	}
+	for i, rs := range gw.Status.Replicas {
+		if rs.Index != want[i].Index || rs.Pod != want[i].Pod || rs.Claim != want[i].Claim || rs.Phase != want[i].Phase || rs.Node != want[i].Node || !slices.Equal(rs.GpuIDs, want[i].GpuIDs) {
+			t.Fatalf("replica %d: %+v, want %+v", i, rs, want[i])
+		}
+	}
+}
+
+// TestRetryAfterBackoffThenFail walks a failure through the backoff on a fake clock: nothing
+// happens before the wait is over, the replica's next attempt replaces its pod after it, and
+// the next failure with no retries left fails the workload and frees the others' GPUs.
+func TestRetryAfterBackoffThenFail(t *testing.T) {
+	e := newEnv(t, inlineSpec(2, 1, 4))
+	e.reconcile(t)
+	e.setPod(t, "train-0-0", running("node-a", "0,1"))
+	e.setPod(t, "train-1-0", running("node-a", "2,3"))
+	e.reconcile(t)
+
+	e.setPod(t, "train-0-0", failed)
+	res := e.reconcile(t)
+	wait := 4*time.Second + 200*time.Millisecond // 4 s + half of 10 %
+	if res.RequeueAfter != wait {
+		t.Fatalf("requeue after %s, want %s", res.RequeueAfter, wait)
+	}
+	gw := e.workload(t)
+	if gw.Status.NextRetryTime == nil || !gw.Status.NextRetryTime.Time.Equal(e.clock.Now().Add(wait)) ||
+		gw.Status.Message != "pod train-0-0 failed: GPU 0 has fallen off the bus; retry 1 of 1 in 4.2s" {
+		t.Fatalf("status %+v", gw.Status)
+	}
+	e.clock.Step(wait - time.Millisecond)
+	if res := e.reconcile(t); res.RequeueAfter != time.Millisecond {
+		t.Fatalf("a millisecond early: requeue after %s", res.RequeueAfter)
+	}
+	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-0", "train-1-0"}) {
+		t.Fatalf("retried early: pods %v", got)
+	}
+	e.clock.Step(time.Millisecond)
+	e.reconcile(t)
+	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-1", "train-1-0"}) {
+		t.Fatalf("after the backoff: pods %v, want train-0-0 replaced by train-0-1", got)
+	}
+	gw = e.workload(t)
+	if gw.Status.Retries != 1 || gw.Status.NextRetryTime != nil || gw.Status.Replicas[0].Attempt != 1 {
+		t.Fatalf("status %+v", gw.Status)
+	}
+
+	e.setPod(t, "train-0-1", running("node-a", "0,1"))
+	e.reconcile(t)
+	e.setPod(t, "train-0-1", failed)
+	e.reconcile(t)
+	gw = e.workload(t)
+	if gw.Status.Phase != apiv1.WorkloadFailed || gw.Status.Message != "pod train-0-1 failed: GPU 0 has fallen off the bus; no retries left (1 of 1 used)" {
+		t.Fatalf("status %+v", gw.Status)
+	}
+	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-1"}) {
+		t.Fatalf("pods %v: the running replica must be deleted, the failed pod kept", got)
+	}
+	// Failed is final: nothing comes back.
+	e.clock.Step(time.Hour)
+	e.reconcile(t)
+	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-1"}) {
+		t.Fatalf("after Failed: pods %v", got)
+	}
+	var all []string
+	for len(e.events.Events) > 0 {
+		all = append(all, <-e.events.Events)
+	}
+	for _, want := range []string{"Warning PodFailed pod train-0-0 failed: GPU 0 has fallen off the bus; retry 1 of 1 in 4.2s", "Normal Running Pending → Running: all 2 replicas run on node-a", "Normal Pending Running → Pending: pod train-0-0 failed", "Normal Retrying retry 1 of 1: recreating 1 pods after: pod train-0-0 failed", "Warning Failed Running → Failed: pod train-0-1 failed"} {
+		if !slices.ContainsFunc(all, func(ev string) bool { return strings.HasPrefix(ev, want) }) {
+			t.Errorf("no event %q in %q", want, all)
+		}
+	}
+}
+
+func TestGangRetriesAsAWhole(t *testing.T) {
+	spec := inlineSpec(3, 2, 1)
+	spec.Gang = true
+	e := newEnv(t, spec)
+	e.reconcile(t)
+	claim := &apiv1.GpuClaim{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "train-2-0"}, claim); err != nil {
+		t.Fatal(err)
+	}
+	if claim.Spec.GangRef != "train-0" || ptr.Deref(claim.Spec.GangSize, 0) != 3 {
+		t.Fatalf("claim gang %q size %v", claim.Spec.GangRef, claim.Spec.GangSize)
+	}
+	// The scheduler gave up waiting for the gang: the members' PodScheduled says so.
+	e.setPod(t, "train-1-0", func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+			Message: "0/2 nodes are available: rejected due to timeout after waiting 1m0s at plugin GpuClaimPlugin."}}
+	})
+	res := e.reconcile(t)
+	e.clock.Step(res.RequeueAfter)
+	e.reconcile(t)
+	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-1", "train-1-1", "train-2-1"}) {
+		t.Fatalf("pods %v: the whole gang is retried", got)
+	}
+	gw := e.workload(t)
+	if gw.Status.Retries != 1 {
+		t.Fatalf("retries %d, want 1 for a gang", gw.Status.Retries)
+	}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "train-0-1"}, claim); err != nil {
+		t.Fatal(err)
+	}
+	if claim.Spec.GangRef != "train-1" {
+		t.Fatalf("the retried gang is gang %q, want train-1", claim.Spec.GangRef)
+	}
+}
+
+func TestDeleteRemovesPodsAndClaimsFirst(t *testing.T) {
+	e := newEnv(t, inlineSpec(2, 1, 1))
+	e.reconcile(t)
+	if err := e.c.Delete(context.Background(), e.workload(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t) // deletes the pods and claims
+	if got := e.podNames(t); len(got) != 0 {
+		t.Fatalf("pods left: %v", got)
+	}
+	var claims apiv1.GpuClaimList
+	if err := e.c.List(context.Background(), &claims, client.InNamespace("ns")); err != nil || len(claims.Items) != 0 {
+		t.Fatalf("claims left: %d (%v)", len(claims.Items), err)
+	}
+	e.reconcile(t) // no pods left: the finalizer goes, and the workload with it
+	err := e.c.Get(context.Background(), e.key, &apiv1.GpuWorkload{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("workload still there: %v", err)
+	}
+}
+
+func TestScaleDownDeletesHighIndices(t *testing.T) {
+	e := newEnv(t, inlineSpec(3, 1, 1))
+	e.reconcile(t)
+	gw := e.workload(t)
+	gw.Spec.Replicas = ptr.To[int32](1)
+	if err := e.c.Update(context.Background(), gw); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t)
+	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-0"}) {
+		t.Fatalf("pods %v", got)
+	}
+}
