@@ -4,6 +4,8 @@ package integration
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
 )
 
 // TestCRDRejectsBadClaims applies bad GpuClaims to the real apiserver, as kubectl apply would,
@@ -162,4 +166,31 @@ func TestCRDRejectsBadWorkloads(t *testing.T) {
 			t.Fatalf("error = %v, want it to contain %q", err, want)
 		}
 	})
+}
+
+// TestExampleWorkloadIsValid applies examples/gpuworkload.yaml (server-side dry run): the
+// example the docs point at must pass the schema.
+func TestExampleWorkloadIsValid(t *testing.T) {
+	ns := namespace(t, "example")
+	dyn, err := dynamic.NewForConfig(env.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := launch.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "examples", "gpuworkload.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(b, &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetNamespace(ns)
+	gvr := schema.GroupVersionResource{Group: "gpu.scheduling", Version: "v1", Resource: "gpuworkloads"}
+	if _, err := dyn.Resource(gvr).Namespace(ns).Create(t.Context(), obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatalf("examples/gpuworkload.yaml: %v", err)
+	}
 }
