@@ -18,6 +18,18 @@ Feature: A GpuWorkload runs replicas with GPUs of their own, retries failures an
     And no GPU is held twice
     And GpuWorkload "train" has a Normal event "Running" saying "→ Running: all 3 replicas run on"
 
+  Scenario: A workload whose pods all finish succeeds and holds no GPU
+    Given a cluster of 1 "dgx-a100" node
+    When GpuWorkload "batch" is applied:
+      """yaml
+      replicas: 2
+      claim: {spec: {devices: {count: 4}}}
+      template: {metadata: {annotations: {sim.gpu.scheduling/duration: 2s}}}
+      """
+    Then GpuWorkload "batch" is Succeeded
+    And GpuWorkload "batch" has a Normal event "Succeeded" saying "→ Succeeded: all 2 replicas succeeded"
+    And no GPU lease is held
+
   Scenario: A gang workload binds all its pods or none
     Given a cluster of 1 "dgx-a100" node
     When GpuWorkload "train" is applied:

@@ -125,7 +125,14 @@ func inlineSpec(replicas, maxRetries, backoff int32) apiv1.GpuWorkloadSpec {
 }
 
 func TestReplicasGetPodsAndOwnedClaims(t *testing.T) {
-	e := newEnv(t, inlineSpec(2, 1, 4))
+	spec := inlineSpec(2, 1, 4)
+	spec.PriorityClassName = "batch-high"
+	spec.Template.Annotations = map[string]string{
+		apiv1.AnnotationAllocated: "node-x:0", apiv1.AnnotationGPUIDs: "0", apiv1.AnnotationClaim: "stolen", "team": "ml",
+	}
+	spec.Template.Spec.Priority = ptr.To[int32](1000)
+	spec.Template.Spec.SchedulerName = "default-scheduler"
+	e := newEnv(t, spec)
 	e.reconcile(t)
 	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-0", "train-1-0"}) {
 		t.Fatalf("pods %v", got)
@@ -136,8 +143,12 @@ func TestReplicasGetPodsAndOwnedClaims(t *testing.T) {
 	}
 	if pod.Spec.SchedulerName != apiv1.SchedulerName || pod.Annotations[apiv1.AnnotationClaim] != "train-1-0" ||
 		pod.Annotations[apiv1.AnnotationNodeStrategy] != "round-robin" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever ||
-		!metav1.IsControlledBy(pod, e.workload(t)) {
+		!metav1.IsControlledBy(pod, e.workload(t)) || pod.Spec.PriorityClassName != "batch-high" || pod.Spec.Priority != nil {
 		t.Fatalf("pod %+v", pod)
+	}
+	// What only the scheduler may write is dropped; the rest of the template stays.
+	if _, ok := pod.Annotations[apiv1.AnnotationAllocated]; ok || pod.Annotations[apiv1.AnnotationGPUIDs] != "" || pod.Annotations["team"] != "ml" {
+		t.Fatalf("pod annotations %v", pod.Annotations)
 	}
 	claim := &apiv1.GpuClaim{}
 	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "train-1-0"}, claim); err != nil {

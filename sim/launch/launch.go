@@ -71,7 +71,7 @@ type SchedulerOptions struct {
 	LeaderElect bool
 	// LeaseNamespace holds the GPU leases; default "gpu-scheduler".
 	LeaseNamespace string
-	// NodeStrategy is binpack, spread or least-utilized; default from the shipped config.
+	// NodeStrategy is one of api/v1 NodeStrategies; default from the shipped config.
 	NodeStrategy string
 	// PluginArgs override further plugin args.
 	PluginArgs map[string]any

@@ -74,7 +74,8 @@ type Taint struct {
 
 // SchedulerSpec tunes the gpu-scheduler under test.
 type SchedulerSpec struct {
-	// NodeStrategy is binpack, spread or least-utilized (the plugin's nodeStrategy arg).
+	// NodeStrategy is the plugin's nodeStrategy arg: binpack, spread, least-utilized,
+	// round-robin, random or cost-aware.
 	NodeStrategy string `json:"nodeStrategy,omitempty"`
 	// QPS of the scheduler's API client; default 1000.
 	QPS int `json:"qps,omitempty"`

@@ -133,10 +133,12 @@ func (c *checker) validate(s *Scenario) {
 	}
 	pools := c.validatePools(s.Spec.NodePools)
 	sp := s.Spec.Scheduler
-	switch sp.NodeStrategy {
-	case "", "binpack", "spread", "least-utilized":
-	default:
-		c.add("spec.scheduler.nodeStrategy", "%q is unknown; use one of %s", sp.NodeStrategy, oneOf("binpack", "spread", "least-utilized"))
+	if sp.NodeStrategy != "" && !gpuv1.IsNodeStrategy(sp.NodeStrategy) {
+		names := make([]string, len(gpuv1.NodeStrategies))
+		for i, n := range gpuv1.NodeStrategies {
+			names[i] = string(n)
+		}
+		c.add("spec.scheduler.nodeStrategy", "%q is unknown; use one of %s", sp.NodeStrategy, oneOf(names...))
 	}
 	if sp.QPS < 0 {
 		c.add("spec.scheduler.qps", "must not be negative, got %d; leave it out for the default 1000", sp.QPS)
