@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/sim/report"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/runner"
@@ -42,6 +43,31 @@ func (o *runOptions) runnerOptions(s *scenario.Scenario) (runner.Options, error)
 	}
 	_, err := ro.Targets()
 	return ro, err
+}
+
+// quietLogs sends gpu-sim's own log (the in-process agent fleet logs a line per node, 5,000
+// at scale-5k) to gpu-sim.log in the report directory, so that the terminal shows only the
+// progress bar, the phase lines and the table. --logtostderr or --alsologtostderr given on the
+// command line keep klog's usual output instead.
+func quietLogs(cmd *cobra.Command, dir string) (*os.File, error) {
+	for _, name := range []string{"logtostderr", "alsologtostderr"} {
+		if f := cmd.Flag(name); f != nil && f.Changed {
+			return nil, nil
+		}
+	}
+	f, err := os.Create(filepath.Join(dir, "gpu-sim.log"))
+	if err != nil {
+		return nil, fmt.Errorf("creating the log file: %w", err)
+	}
+	klog.LogToStderr(false)
+	klog.SetOutput(f)
+	if t := cmd.Flag("stderrthreshold"); t != nil && !t.Changed {
+		// Errors too: a run that is cancelled ends 5,000 agents, each with an error line.
+		if err := t.Value.Set("FATAL"); err != nil {
+			return nil, fmt.Errorf("setting -stderrthreshold: %w", err)
+		}
+	}
+	return f, nil
 }
 
 // newRunCommand is the simulator: `gpu-sim run scenarios/quickstart.yaml`.
@@ -84,6 +110,13 @@ The exit status is 1 when an expectation of the scenario fails.`,
 				return fmt.Errorf("creating report directory %s: %w", dir, err)
 			}
 			ro.Progress, ro.LogDir = os.Stderr, dir
+			logFile, err := quietLogs(cmd, dir)
+			if err != nil {
+				return err
+			}
+			if logFile != nil {
+				defer func() { klog.Flush(); _ = logFile.Close() }()
+			}
 			if o.cpuProfile {
 				// gpu-sim hosts the whole agent fleet: at 5,000 nodes its CPU matters.
 				f, err := os.Create(filepath.Join(dir, "gpu-sim.cpu.pprof"))
