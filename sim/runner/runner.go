@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -220,6 +221,12 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	nodes, _ := s.TotalNodes()
 	for _, p := range s.Spec.NodePools {
 		np := cluster.NodePool{Name: p.Name, Count: p.Count, GPUsPerNode: p.GPUsPerNode, Topology: p.Topology, Labels: p.Labels}
+		if p.CPUMilli > 0 {
+			np.CPU = *resource.NewMilliQuantity(int64(p.CPUMilli), resource.DecimalSI)
+		}
+		if p.MemoryMiB > 0 {
+			np.Memory = *resource.NewQuantity(int64(p.MemoryMiB)<<20, resource.BinarySI)
+		}
 		if external {
 			// Cleanup deletes exactly the nodes carrying this run's label.
 			np.Labels = map[string]string{LabelRun: run}

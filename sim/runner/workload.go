@@ -58,6 +58,12 @@ func buildPod(p scenario.PodPlan, ns, run string, stock bool) *corev1.Pod {
 			}},
 		},
 	}
+	if p.CPUMilli > 0 {
+		pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(p.CPUMilli), resource.DecimalSI)
+	}
+	if p.MemoryMiB > 0 {
+		pod.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = *resource.NewQuantity(int64(p.MemoryMiB)<<20, resource.BinarySI)
+	}
 	if p.Duration > 0 {
 		pod.Annotations[AnnotationDuration] = p.Duration.String()
 	}

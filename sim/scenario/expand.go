@@ -25,6 +25,9 @@ type PodPlan struct {
 	// empty and 0 outside a gang.
 	Gang     string `json:"gang,omitempty"`
 	GangSize int    `json:"gangSize,omitempty"`
+	// CPUMilli and MemoryMiB the pod requests; 0 for the simulator's defaults.
+	CPUMilli  int `json:"cpuMilli,omitempty"`
+	MemoryMiB int `json:"memoryMiB,omitempty"`
 }
 
 // Expand returns the workload's pods ordered by arrival. The result depends only on the
@@ -40,7 +43,7 @@ func Expand(s *Scenario) []PodPlan {
 			}
 		}
 		for _, e := range w.Trace {
-			p := PodPlan{Name: e.Name, At: e.At.Duration, Kind: "trace", Duration: e.Duration.Duration, Gang: e.Gang, GangSize: gangSize[e.Gang]}
+			p := PodPlan{Name: e.Name, At: e.At.Duration, Kind: "trace", Duration: e.Duration.Duration, Gang: e.Gang, GangSize: gangSize[e.Gang], CPUMilli: e.CPUMilli, MemoryMiB: e.MemoryMiB}
 			if e.Claim != nil {
 				p.Claim = *e.Claim
 			}

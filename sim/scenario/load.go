@@ -88,6 +88,14 @@ func Load(file string, data []byte) (*Scenario, error) {
 		// The walk checked every field's type, so this is unexpected; still report it.
 		return nil, &Error{File: file, Errs: []FieldError{{Msg: err.Error()}}}
 	}
+	if s.Spec.Workload.TraceFile != nil {
+		if err := c.loadTrace(file, &s); err != nil {
+			return nil, err
+		}
+		if len(c.errs) > 0 {
+			return nil, c.result(file)
+		}
+	}
 	s.Default()
 	c.validate(&s)
 	if len(c.errs) > 0 {

@@ -63,6 +63,10 @@ type NodePool struct {
 	GPUsPerNode int               `json:"gpusPerNode,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Taints      []Taint           `json:"taints,omitempty"`
+	// CPUMilli and MemoryMiB are each node's capacity (default 128 cores and 1 TiB); a trace's
+	// node list sets them.
+	CPUMilli  int `json:"cpuMilli,omitempty"`
+	MemoryMiB int `json:"memoryMiB,omitempty"`
 }
 
 // Taint on every node of a pool.
@@ -94,6 +98,9 @@ type Workload struct {
 	Bursts []Burst `json:"bursts,omitempty"`
 	// Trace is an explicit list, for replaying an external trace; Mix is not used then.
 	Trace []TraceEntry `json:"trace,omitempty"`
+	// TraceFile replays a pod (and node) list from a CSV or JSON-lines file (trace.go); Load
+	// turns it into Trace entries (and node pools).
+	TraceFile *TraceFile `json:"traceFile,omitempty"`
 	// Mix is the weighted choice of claims (and run times) for generated pods.
 	Mix []MixEntry `json:"mix,omitempty"`
 	// Deterministic creates one pod at a time and waits until it is bound (or cannot be)
@@ -178,6 +185,9 @@ type TraceEntry struct {
 	// Gang names the gang the pod belongs to; the entries with the same gang are one gang
 	// (at least two), and its size is their number.
 	Gang string `json:"gang,omitempty"`
+	// CPUMilli and MemoryMiB the pod requests (default 100m and 128Mi).
+	CPUMilli  int `json:"cpuMilli,omitempty"`
+	MemoryMiB int `json:"memoryMiB,omitempty"`
 }
 
 // Fault types.

@@ -192,6 +192,9 @@ func (c *checker) validatePools(pools []NodePool) map[string]NodePool {
 			c.add(path+".count", "must be at least 1, got %d", p.Count)
 		}
 		total += max(p.Count, 0)
+		if p.CPUMilli < 0 || p.MemoryMiB < 0 {
+			c.add(path, "cpuMilli and memoryMiB must not be negative; leave them out for 128 cores and 1 TiB")
+		}
 		n, ok := topologyGPUs(p.Topology)
 		switch {
 		case p.Topology == "":
