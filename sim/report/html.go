@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"html/template"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -67,6 +68,53 @@ func utilizationSVG(runs []*runner.RunResult) template.HTML {
 	return template.HTML(b.String())
 }
 
+// allocationSVG draws a fill run's GPU allocation rate (y) against the GPUs the arrivals asked
+// for (x), both over the cluster's GPUs, for every run; the grey diagonal is perfect packing
+// and a ring marks the first pod that could not be placed.
+func allocationSVG(runs []*runner.RunResult) template.HTML {
+	const w, h, left, bottom = 720.0, 300.0, 50.0, 30.0
+	xmax := 1.0
+	for _, x := range runs {
+		if x.Fill != nil && len(x.Fill.Curve) > 0 {
+			xmax = max(xmax, x.Fill.Curve[len(x.Fill.Curve)-1].Requested)
+		}
+	}
+	xmax = math.Ceil(xmax*4) / 4
+	px := func(v float64) float64 { return left + (w-left-10)*v/xmax }
+	py := func(v float64) float64 { return (h - bottom) - (h-bottom-10)*v }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-size="11" font-family="sans-serif">`, w, h)
+	for _, v := range []float64{0, 0.25, 0.5, 0.75, 1} {
+		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.0f" y="%.1f" text-anchor="end">%.0f%%</text>`,
+			left, w-10, py(v), py(v), left-4, py(v)+4, v*100)
+	}
+	for v := 0.0; v <= xmax+1e-9; v += xmax / 5 {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%.0f%%</text>`, px(v), h-10, v*100)
+	}
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end" fill="#555">GPUs asked by the arrivals / GPUs in the cluster</text>`, w-10, h-bottom-4)
+	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#aaa" stroke-dasharray="3 3"/>`, px(0), py(0), px(1), py(1))
+	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#aaa" stroke-dasharray="3 3"/>`, px(1), py(1), px(xmax), py(1))
+	y := 14.0
+	for _, x := range runs {
+		if x.Fill == nil {
+			continue
+		}
+		pts := []string{fmt.Sprintf("%.1f,%.1f", px(0), py(0))}
+		for _, p := range x.Fill.Curve {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p.Requested), py(p.Allocation)))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2.5" points="%s"/>`, colours[x.Mode], strings.Join(pts, " "))
+		if i := x.Fill.FirstUnplaced; i > 0 && i <= len(x.Fill.Curve) {
+			p := x.Fill.Curve[i-1]
+			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="5" fill="none" stroke="%s" stroke-width="2"/>`, px(p.Requested), py(x.Fill.AllocationAtFirstUnplaced), colours[x.Mode])
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s: %.1f%% allocated at the end; ring: first pod not placed</text>`, left+10, y, colours[x.Mode], x.Mode, x.Fill.Allocation*100)
+		y += 14
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
 // islandHue gives each island of a node its own hue.
 func islandHue(islands []string, isl string) int {
 	seen := map[string]int{}
@@ -124,7 +172,15 @@ func gpuMapSVG(m []metrics.NodeMap) template.HTML {
 	return template.HTML(b.String())
 }
 
-var page = template.Must(template.New("report").Funcs(template.FuncMap{"shift": func(v int64) int64 { return v >> 20 }}).Parse(`<!doctype html>
+var page = template.Must(template.New("report").Funcs(template.FuncMap{
+	"shift": func(v int64) int64 { return v >> 20 },
+	"unscheduled": func(r *Report, mode string) string {
+		if x := r.Run(mode); x != nil {
+			return "unscheduled " + unscheduledLine(x)
+		}
+		return ""
+	},
+}).Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>gpu-sim {{.R.Scenario}}</title>
 <style>
 body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}
@@ -142,6 +198,10 @@ th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-we
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>
 {{range .R.Notes}}<p class="note">{{.}}</p>{{end}}
 {{range .R.Runs}}{{$m := .Mode}}{{range .Notes}}<p class="note">{{$m}}: {{.}}</p>{{end}}{{end}}
+{{range .R.Runs}}{{$m := .Mode}}{{with .Unschedulable}}<p class="note">{{$m}}: {{unscheduled $.R $m}}</p>{{end}}{{end}}
+{{if .Alloc}}<h2>GPU allocation rate as the arrivals grow (fill)</h2>
+{{.Alloc}}
+<p class="note">Pods arrive in trace order and never leave. A point is the cluster after an arrival: the share of its GPUs allocated to the pods that arrived so far (y) against the share their requests add up to (x). The dashed line is perfect packing.</p>{{end}}
 <h2>GPU utilization and fragmentation over time</h2>
 {{.Util}}
 <h2>GPU map at peak utilization</h2>
@@ -156,6 +216,8 @@ th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-we
 <h2>CPU time during the workload by process</h2>
 <div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table>{{range $k, $v := .WorkloadCPUSeconds}}<tr><td>{{$k}}</td><td>{{printf "%.1f s" $v}}</td></tr>{{end}}<tr><th>all</th><th>{{printf "%.1f s" .WorkloadCPUTotal}}</th></tr></table></div>{{end}}</div>
 <p class="note">Everything runs on one machine, so a process's CPU time is taken from the others: on a small machine the kube-apiserver's CPU per bound pod bounds the throughput.</p>
+<h2>Where the wall time went</h2>
+<div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table>{{range .Phases}}<tr><td>{{.Name}}</td><td>{{printf "%.1f s" .Duration.Seconds}}</td></tr>{{end}}</table></div>{{end}}</div>
 </body></html>
 `))
 
@@ -170,11 +232,15 @@ func (r *Report) WriteHTML(path string) error {
 		R         *Report
 		Rows      [][]string
 		Util      template.HTML
+		Alloc     template.HTML
 		Maps      []mapView
 		Wall      time.Duration
 		Truncated bool
 		MapNodes  int
 	}{R: r, Rows: r.rows(), Util: utilizationSVG(r.Runs), Wall: r.Wall.Round(time.Second), MapNodes: mapNodes}
+	if r.hasFill() {
+		data.Alloc = allocationSVG(r.Runs)
+	}
 	for _, x := range r.Runs {
 		data.Maps = append(data.Maps, mapView{Mode: x.Mode, At: x.Metrics.PeakAt.Round(time.Second), SVG: gpuMapSVG(x.Metrics.Map)})
 		if len(x.Metrics.Map) > mapNodes {

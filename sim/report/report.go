@@ -179,6 +179,37 @@ func (r *Report) rows() [][]string {
 			return dur(x.Setup) + " / " + dur(x.Workload) + " / " + dur(x.Teardown)
 		}},
 	}
+	if r.hasFill() {
+		items = append(items, []struct {
+			label string
+			f     f
+		}{
+			{"fill: GPU allocation rate at the end", func(x *runner.RunResult) string {
+				if x.Fill == nil {
+					return "-"
+				}
+				return fmt.Sprintf("%s (%d of %d GPUs)", pct(x.Fill.Allocation), x.Fill.AllocatedGPU, x.Fill.TotalGPUs)
+			}},
+			{"fill: first pod not placed", func(x *runner.RunResult) string {
+				if x.Fill == nil || x.Fill.FirstUnplaced == 0 {
+					return "none"
+				}
+				return fmt.Sprintf("arrival #%d (%d GPUs) at %s allocated", x.Fill.FirstUnplaced, x.Fill.FirstUnplacedGPUs, pct(x.Fill.AllocationAtFirstUnplaced))
+			}},
+			{"fill: 4-GPU / 8-GPU pods placed", func(x *runner.RunResult) string {
+				if x.Fill == nil {
+					return "-"
+				}
+				return fmt.Sprintf("%d of %d / %d of %d", x.Fill.Placed4, x.Fill.Arrived4, x.Fill.Placed8, x.Fill.Arrived8)
+			}},
+			{"fill: free GPUs stranded (< typical request)", func(x *runner.RunResult) string {
+				if x.Fill == nil {
+					return "-"
+				}
+				return fmt.Sprintf("%s (%d of %d free; typical request %d GPUs)", pct(x.Fill.Fragmentation), x.Fill.StrandedGPUs, x.Fill.FreeGPUs, x.Fill.TypicalRequest)
+			}},
+		}...)
+	}
 	if r.hasGangs() {
 		items = append(items, []struct {
 			label string
@@ -204,6 +235,16 @@ func (r *Report) rows() [][]string {
 		out = append(out, row)
 	}
 	return out
+}
+
+// hasFill tells whether a run was a fill run; its rows are shown only then.
+func (r *Report) hasFill() bool {
+	for _, x := range r.Runs {
+		if x.Fill != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // hasGangs tells whether the workload had gangs; their rows are shown only then.
@@ -237,12 +278,21 @@ func (r *Report) Table(w io.Writer) {
 		for _, n := range x.Notes {
 			fmt.Fprintf(w, "note (%s): %s\n", x.Mode, n)
 		}
-		for msg, n := range x.Unschedulable {
-			fmt.Fprintf(w, "unscheduled (%s): %d pods: %s\n", x.Mode, n, msg)
+		if line := unscheduledLine(x); line != "" {
+			fmt.Fprintf(w, "unscheduled (%s): %s\n", x.Mode, line)
 		}
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	for _, x := range r.Runs {
+		var parts []string
+		for _, p := range x.Phases {
+			parts = append(parts, fmt.Sprintf("%s %s", p.Name, p.Duration.Round(100*time.Millisecond)))
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, "phases (%s): %s\n", x.Mode, strings.Join(parts, ", "))
+		}
 	}
 	if len(r.Checks) > 0 {
 		fmt.Fprintln(w, "expectations (gpu-scheduler run):")
@@ -254,6 +304,25 @@ func (r *Report) Table(w io.Writer) {
 			fmt.Fprintf(w, "  %s  %s: want %s, got %s\n", mark, c.Name, c.Want, c.Got)
 		}
 	}
+}
+
+// unscheduledLine sums up the pods never bound in one line: how many, and the most common of
+// the scheduler's last messages (report.json has them all).
+func unscheduledLine(x *runner.RunResult) string {
+	total, top, topN := 0, "", 0
+	for msg, n := range x.Unschedulable {
+		total += n
+		if n > topN || (n == topN && msg < top) {
+			top, topN = msg, n
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	if topN == total {
+		return fmt.Sprintf("%d pods: %s", total, top)
+	}
+	return fmt.Sprintf("%d pods (%d distinct messages in report.json); most common (%d pods): %s", total, len(x.Unschedulable), topN, top)
 }
 
 // WriteJSON writes the report as JSON.

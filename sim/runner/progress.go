@@ -18,6 +18,28 @@ type progress struct {
 	mu    sync.Mutex
 	last  time.Time
 	drawn bool
+	// phases are the durations of the finished phases, cur the one under way.
+	phases   []Phase
+	cur      string
+	curStart time.Time
+}
+
+// Phase is one step of a run and how long it took.
+type Phase struct {
+	Name     string        `json:"name"`
+	Duration time.Duration `json:"duration"`
+}
+
+// mark ends the phase under way and starts what ("" for none); it also times the phases that
+// print no line (the workload).
+func (p *progress) mark(what string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.cur != "" {
+		p.phases = append(p.phases, Phase{Name: p.cur, Duration: now.Sub(p.curStart)})
+	}
+	p.cur, p.curStart = what, now
 }
 
 func newProgress(w io.Writer, mode string) *progress {
@@ -31,6 +53,7 @@ func newProgress(w io.Writer, mode string) *progress {
 }
 
 func (p *progress) phase(what string) {
+	p.mark(what)
 	if p.w == nil || what == "" {
 		return
 	}

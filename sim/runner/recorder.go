@@ -39,6 +39,11 @@ type recorder struct {
 	lastHlth map[string][]bool // node -> unhealthy per GPU
 	nodes    map[string]*gpuv1.GpuNodeStatus
 	changed  chan struct{}
+	// lastBind is when a pod was last seen bound; firstUnplaced when a pod was first seen
+	// unschedulable (firstUnplacedOK: at all). A fill run stops on them.
+	lastBind        time.Duration
+	firstUnplaced   time.Duration
+	firstUnplacedOK bool
 }
 
 func newRecorder(start time.Time) *recorder {
@@ -80,6 +85,7 @@ func (r *recorder) observePod(pod *corev1.Pod, deleted bool) {
 	if pod.Spec.NodeName != "" && !p.boundOK {
 		p.bound, p.boundOK, p.node = at, true, pod.Spec.NodeName
 		r.bound++
+		r.lastBind = at
 	}
 	if p.boundOK && len(p.ids) == 0 {
 		if v, ok := pod.Annotations[gpuv1.AnnotationGPUIDs]; ok {
@@ -91,6 +97,9 @@ func (r *recorder) observePod(pod *corev1.Pod, deleted bool) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 			p.unschedulable = c.Message
+			if !p.boundOK && !r.firstUnplacedOK {
+				r.firstUnplaced, r.firstUnplacedOK = at, true
+			}
 		}
 	}
 	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
@@ -139,6 +148,14 @@ func (r *recorder) counts() (bound, finished int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.bound, r.finished
+}
+
+// full reports whether a fill run is over: a pod was found unschedulable and no pod has been
+// bound for quiet since then.
+func (r *recorder) full(quiet time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.firstUnplacedOK && r.now()-max(r.firstUnplaced, r.lastBind) >= quiet
 }
 
 func (r *recorder) statusCount() int {

@@ -119,10 +119,15 @@ type RunResult struct {
 	Setup              time.Duration      `json:"setup"`
 	Workload           time.Duration      `json:"workload"`
 	Teardown           time.Duration      `json:"teardown"`
+	// Phases are the run's steps in order with their durations (setup steps, workload,
+	// deleting the workload, stopping the control plane).
+	Phases []Phase `json:"phases"`
 	// Unschedulable groups the last scheduler messages of pods never bound.
 	Unschedulable map[string]int `json:"unschedulable,omitempty"`
 	Notes         []string       `json:"notes,omitempty"`
-	Pods          []metrics.Pod  `json:"-"`
+	// Fill holds the allocation figures of a fill run (workload.traceFile.fill).
+	Fill *metrics.Fill `json:"fill,omitempty"`
+	Pods []metrics.Pod `json:"-"`
 }
 
 // Run plays the scenario with the gpu-scheduler and, if asked, the stock scheduler.
@@ -176,6 +181,8 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	}
 	defer func() {
 		t := time.Now()
+		bar.phase("stopping the control plane")
+		defer func() { bar.mark(""); res.Phases = bar.phases }()
 		if o.LogDir != "" {
 			copyLogs(c.WorkDir(), filepath.Join(o.LogDir, "logs-"+short))
 		}
@@ -307,6 +314,7 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		}
 	}
 	cpuStart := markCPU(c)
+	bar.mark("workload")
 	wctx, cancelW := context.WithCancel(ctx)
 	defer cancelW()
 	var wg sync.WaitGroup
@@ -318,12 +326,18 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	go func() { playErr <- pl.play(wctx) }()
 
 	deadline := t0 + s.Spec.Timeout.Duration
-	timedOut := false
+	timedOut, full := false, false
+	fill := s.Spec.Workload.IsFill()
 	total := len(plan)
 	for {
 		bound, _ := rec.counts()
 		bar.update(bound, int(pl.created.Load()), total, rec.now()-t0)
 		if int(pl.created.Load())+int(pl.createErrors.Load()) >= total && pl.settled(rec) && pl.deletesDone.Load() {
+			break
+		}
+		if fill && rec.full(s.Spec.Workload.TraceFile.QuietPeriodOrDefault()) {
+			// The cluster is full: waiting out the timeout would add nothing but minutes.
+			full = true
 			break
 		}
 		if rec.now() > deadline {
@@ -356,6 +370,9 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	if perr := <-playErr; perr != nil && !errors.Is(perr, context.Canceled) {
 		return nil, perr
 	}
+	if full {
+		res.Notes = append(res.Notes, fmt.Sprintf("fill: stopped %s after the first pod could not be placed and the last binding; %d of %d pods created", s.Spec.Workload.TraceFile.QuietPeriodOrDefault(), pl.created.Load(), total))
+	}
 	if timedOut {
 		res.Notes = append(res.Notes, fmt.Sprintf("the workload did not finish within spec.timeout %s; pods still pending count as unscheduled", s.Spec.Timeout.Duration))
 	}
@@ -368,6 +385,20 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	in := collect(rec, plan, t0, end, stock)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
+	if fill {
+		// Only the pods that arrived before the run stopped.
+		arrived := in
+		arrived.Pods = nil
+		rec.mu.Lock()
+		for _, p := range in.Pods {
+			if r := rec.pods[p.Name]; r != nil && r.createdOK {
+				arrived.Pods = append(arrived.Pods, p)
+			}
+		}
+		rec.mu.Unlock()
+		f := metrics.ComputeFill(arrived)
+		res.Fill = &f
+	}
 	res.Unschedulable = map[string]int{}
 	rec.mu.Lock()
 	for _, p := range plan {

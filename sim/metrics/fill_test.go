@@ -1,0 +1,54 @@
+package metrics
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestComputeFill: two 8-GPU nodes; arrivals 4, 4, 8, 2, 8, 1 where the second 8-GPU pod
+// finds no room. The figures follow by hand.
+func TestComputeFill(t *testing.T) {
+	eight := []string{"a", "a", "a", "a", "a", "a", "a", "a"}
+	in := Input{
+		Nodes: []Node{{Name: "n0", Islands: eight}, {Name: "n1", Islands: eight}},
+		Pods: []Pod{
+			{Name: "p0", GPUs: 4, BoundOK: true, Node: "n0"},
+			{Name: "p1", GPUs: 4, BoundOK: true, Node: "n1"}, // a spread placement: no room for 8
+			{Name: "p2", GPUs: 8},
+			{Name: "p3", GPUs: 2, BoundOK: true, Node: "n0"},
+			{Name: "p4", GPUs: 8},
+			{Name: "p5", GPUs: 1, BoundOK: true, Node: "n1"},
+		},
+	}
+	got := ComputeFill(in)
+	want := Fill{
+		TotalGPUs: 16,
+		Curve: []FillPoint{
+			{Arrived: 1, Requested: 4.0 / 16, Allocation: 4.0 / 16},
+			{Arrived: 2, Requested: 8.0 / 16, Allocation: 8.0 / 16},
+			{Arrived: 3, Requested: 16.0 / 16, Allocation: 8.0 / 16},
+			{Arrived: 4, Requested: 18.0 / 16, Allocation: 10.0 / 16},
+			{Arrived: 5, Requested: 26.0 / 16, Allocation: 10.0 / 16},
+			{Arrived: 6, Requested: 27.0 / 16, Allocation: 11.0 / 16},
+		},
+		Allocation: 11.0 / 16, AllocatedGPU: 11,
+		FirstUnplaced: 3, FirstUnplacedPod: "p2", FirstUnplacedGPUs: 8, AllocationAtFirstUnplaced: 8.0 / 16,
+		Arrived4: 2, Placed4: 2, Arrived8: 2, Placed8: 0,
+		// Sizes 1,2,4,4,8,8 (27 GPUs): 1+2+4+4 = 11 < 13.5, so the median request is 8; every
+		// free GPU (2 on n0, 3 on n1) is stranded.
+		TypicalRequest: 8, FreeGPUs: 5, StrandedGPUs: 5, Fragmentation: 1,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("ComputeFill (-want +got):\n%s", diff)
+	}
+	// A pod that ended holds nothing; with it gone from n0 its GPUs are free again.
+	in.Pods[3].EndedOK = true
+	got = ComputeFill(in)
+	if got.AllocatedGPU != 9 || got.FreeGPUs != 7 || got.FirstUnplaced != 3 {
+		t.Errorf("after p3 ended: allocated %d, free %d, first unplaced %d; want 9, 7, 3", got.AllocatedGPU, got.FreeGPUs, got.FirstUnplaced)
+	}
+	if m := weightedMedian([]int{1, 1, 1, 1, 1, 1, 1, 1, 1, 8}); m != 1 {
+		t.Errorf("weighted median of nine 1s and one 8 = %d, want 1", m)
+	}
+}
