@@ -72,16 +72,27 @@ func utilizationSVG(runs []*runner.RunResult) template.HTML {
 // for (x), both over the cluster's GPUs, for every run; the grey diagonal is perfect packing
 // and a ring marks the first pod that could not be placed.
 func allocationSVG(runs []*runner.RunResult) template.HTML {
-	const w, h, left, bottom = 720.0, 300.0, 50.0, 30.0
+	const w, h, left, bottom, top = 720.0, 300.0, 50.0, 30.0, 40.0
+	// The x axis ends a little after the last arrival that raised any run's allocation: later
+	// arrivals only found the cluster full.
 	xmax := 1.0
 	for _, x := range runs {
-		if x.Fill != nil && len(x.Fill.Curve) > 0 {
-			xmax = max(xmax, x.Fill.Curve[len(x.Fill.Curve)-1].Requested)
+		if x.Fill == nil {
+			continue
+		}
+		last := 0.0
+		for i, p := range x.Fill.Curve {
+			if i == 0 || p.Allocation > x.Fill.Curve[i-1].Allocation {
+				last = p.Requested
+			}
+		}
+		if n := len(x.Fill.Curve); n > 0 {
+			xmax = max(xmax, min(last*1.25, x.Fill.Curve[n-1].Requested))
 		}
 	}
 	xmax = math.Ceil(xmax*4) / 4
-	px := func(v float64) float64 { return left + (w-left-10)*v/xmax }
-	py := func(v float64) float64 { return (h - bottom) - (h-bottom-10)*v }
+	px := func(v float64) float64 { return left + (w-left-10)*min(v, xmax)/xmax }
+	py := func(v float64) float64 { return (h - bottom) - (h-bottom-top)*v }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-size="11" font-family="sans-serif">`, w, h)
 	for _, v := range []float64{0, 0.25, 0.5, 0.75, 1} {
@@ -102,6 +113,9 @@ func allocationSVG(runs []*runner.RunResult) template.HTML {
 		pts := []string{fmt.Sprintf("%.1f,%.1f", px(0), py(0))}
 		for _, p := range x.Fill.Curve {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p.Requested), py(p.Allocation)))
+			if p.Requested > xmax {
+				break
+			}
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2.5" points="%s"/>`, colours[x.Mode], strings.Join(pts, " "))
 		if i := x.Fill.FirstUnplaced; i > 0 && i <= len(x.Fill.Curve) {

@@ -446,6 +446,7 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		return nil, err
 	}
 	if !stock {
+		bar.phase("waiting for the scheduler to release the GPU leases")
 		// Every 2s, one lease per list: a full list of 26,000 leases five times a second
 		// slowed down the very releases it waited for.
 		_ = wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {

@@ -58,6 +58,9 @@ type TraceFile struct {
 	// as a string ("8"); Topology is the fallback. The topology must have the node's GPU count.
 	Topologies map[string]string `json:"topologies,omitempty"`
 	Topology   string            `json:"topology,omitempty"`
+	// SkipUnmappedNodes leaves out the nodes no topology fits (counted in Loaded) instead of
+	// failing on them: a public node list has GPU counts the mock topologies may not cover.
+	SkipUnmappedNodes bool `json:"skipUnmappedNodes,omitempty"`
 	// Loaded is filled in by Load: what was read and what was left out.
 	Loaded *TraceLoaded `json:"loaded,omitempty"`
 }
@@ -592,6 +595,10 @@ func loadTraceNodes(path string, t *TraceFile, cols TraceNodeColumns, loaded *Tr
 			topo = v
 		} else if v, ok := t.Topologies[strconv.Itoa(gpus)]; ok {
 			topo = v
+		}
+		if n, _ := topologyGPUs(topo); t.SkipUnmappedNodes && (topo == "" || n != gpus) {
+			loaded.Skipped[fmt.Sprintf("nodes with %d GPUs and no topology of that size", gpus)]++
+			continue
 		}
 		if topo == "" {
 			re.add(r.line, "node %s: no topology for model %q with %d GPUs; map it in spec.workload.traceFile.topologies or set topology", r.fields[cols.Name], k.model, gpus)
