@@ -106,14 +106,19 @@ docker:
 docker-webhook:
 	$(DOCKER_BUILD) --target webhook -t $(REGISTRY)/gpu-webhook:$(TAG) .
 
+## docker-controller: build the GpuWorkload controller image $(REGISTRY)/gpu-controller:$(TAG) (needs Docker)
+.PHONY: docker-controller
+docker-controller:
+	$(DOCKER_BUILD) --target controller -t $(REGISTRY)/gpu-controller:$(TAG) .
+
 ## docker-agent: build the NVML agent image $(REGISTRY)/gpu-agent:$(TAG) (needs Docker)
 .PHONY: docker-agent
 docker-agent:
 	$(DOCKER_BUILD) --target agent -t $(REGISTRY)/gpu-agent:$(TAG) .
 
-## docker-all: build all three images
+## docker-all: build all four images
 .PHONY: docker-all
-docker-all: docker docker-webhook docker-agent
+docker-all: docker docker-webhook docker-controller docker-agent
 
 ## test-chart: helm lint, golden renderings and schema tests of charts/gpu-scheduler (the install test runs in test-integration)
 .PHONY: test-chart

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -65,6 +66,9 @@ func run() error {
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	logger := klog.Background()

@@ -133,8 +133,8 @@ func TestValuesRejected(t *testing.T) {
 		want: "- at '/scheduler/replicas': minimum: got 0, want 1",
 	}, {
 		name: "unknown node strategy",
-		args: []string{"--set", "scheduler.pluginArgs.nodeStrategy=random"},
-		want: `- at '/scheduler/pluginArgs/nodeStrategy': value must be one of 'binpack', 'spread', 'least-utilized'`,
+		args: []string{"--set", "scheduler.pluginArgs.nodeStrategy=cheapest"},
+		want: `- at '/scheduler/pluginArgs/nodeStrategy': value must be one of 'binpack', 'spread', 'least-utilized', 'round-robin', 'random', 'cost-aware'`,
 	}, {
 		name: "misspelt plugin arg",
 		args: []string{"--set", "scheduler.pluginArgs.leaseNamepsace=x"},
@@ -494,7 +494,7 @@ func TestSecureDefaults(t *testing.T) {
 			}
 		}
 	}
-	if workloads != 3 {
-		t.Errorf("rendered %d workloads, want 3 (scheduler, webhook, agent)", workloads)
+	if workloads != 4 {
+		t.Errorf("rendered %d workloads, want 4 (scheduler, webhook, controller, agent)", workloads)
 	}
 }

@@ -75,6 +75,7 @@ const (
 	schedulerSA = releaseName // the scheduler's ServiceAccount with the default values
 	webhookSA   = releaseName + "-webhook"
 	agentSA     = releaseName + "-agent"
+	controlSA   = releaseName + "-controller"
 	webhookSvc  = releaseName + "-webhook"
 )
 
@@ -149,6 +150,7 @@ func TestInstall(t *testing.T) {
 		{"webhook serves the chart certificate", checkWebhookCertificate},
 		{"RBAC by SubjectAccessReview", checkAccessReviews},
 		{"components run with their ServiceAccount tokens", checkComponents},
+		{"the controller runs a GpuWorkload with its ServiceAccount token", checkController},
 		{"upgrade keeps the webhook certificate", checkUpgrade},
 		{"uninstall", checkUninstall},
 	}
@@ -214,7 +216,7 @@ func checkObjectsExist(t *testing.T, ctx context.Context, e *installEnv) {
 }
 
 func checkWorkloads(t *testing.T, ctx context.Context, e *installEnv) {
-	for _, name := range []string{releaseName, webhookSvc} {
+	for _, name := range []string{releaseName, webhookSvc, controlSA} {
 		d, err := e.kube.AppsV1().Deployments(releaseNamespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -420,6 +422,23 @@ func checkAccessReviews(t *testing.T, ctx context.Context, e *installEnv) {
 		{agentSA, "get", "", "secrets", "", "kube-system", "", false},
 		{agentSA, "list", "", "pods", "", "", "", false},
 		{agentSA, "update", gpu, "gpuclaims", "status", userNS, "", false},
+		// The GpuWorkload controller: workloads, their pods and claims; no claim status, no binding.
+		{controlSA, "watch", gpu, "gpuworkloads", "", "", "", true},
+		{controlSA, "update", gpu, "gpuworkloads", "", userNS, "", true},
+		{controlSA, "update", gpu, "gpuworkloads", "status", userNS, "", true},
+		{controlSA, "update", gpu, "gpuworkloads", "finalizers", userNS, "", true},
+		{controlSA, "create", "", "pods", "", userNS, "", true},
+		{controlSA, "delete", "", "pods", "", userNS, "", true},
+		{controlSA, "create", gpu, "gpuclaims", "", userNS, "", true},
+		{controlSA, "create", "events.k8s.io", "events", "", userNS, "", true},
+		{controlSA, "create", coord, "leases", "", releaseNamespace, "", true},
+		{controlSA, "create", coord, "leases", "", "default", "", false},
+		{controlSA, "update", "", "pods", "", userNS, "", false},
+		{controlSA, "create", "", "pods", "binding", userNS, "", false},
+		{controlSA, "update", gpu, "gpuclaims", "status", userNS, "", false},
+		{controlSA, "delete", gpu, "gpuworkloads", "", userNS, "", false},
+		{controlSA, "get", "", "secrets", "", releaseNamespace, "", false},
+		{controlSA, "update", gpu, "gpunodestatuses", "status", "", "", false},
 		// The webhook calls no API at all.
 		{webhookSA, "list", "", "pods", "", "", "", false},
 		{webhookSA, "get", "", "secrets", "", releaseNamespace, "", false},
@@ -640,7 +659,12 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		forged := pod.DeepCopy()
 		forged.Name = "forged"
 		forged.Annotations[apiv1.AnnotationAllocated] = e.gpuNode + ":4,5"
-		_, err = kubernetes.NewForConfigOrDie(alice).CoreV1().Pods(userNS).Create(ctx, forged, metav1.CreateOptions{})
+		// The apiserver's RBAC cache learns of the new RoleBinding a moment later; until then
+		// alice is refused by RBAC, which is not what this checks.
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err = kubernetes.NewForConfigOrDie(alice).CoreV1().Pods(userNS).Create(ctx, forged, metav1.CreateOptions{})
+			return err == nil || !strings.Contains(err.Error(), `User "alice" cannot create resource`), nil
+		})
 		if err == nil || !strings.Contains(err.Error(), "allocation-guard.gpu.scheduling") {
 			t.Errorf("alice creating a pod with %s: got %v, want the allocation guard's denial", apiv1.AnnotationAllocated, err)
 		}
@@ -693,6 +717,91 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 			}
 		}
 	})
+}
+
+// checkController runs bin/gpu-controller with the Deployment's arguments and the controller
+// ServiceAccount's token only: it takes its leader lease, runs a GpuWorkload (pod, pod-owned
+// claim, status, finalizer) and cleans it up on delete, without being refused anything.
+func checkController(t *testing.T, ctx context.Context, e *installEnv) {
+	_, kubeconfig := tokenConfig(t, ctx, e, controlSA, nil)
+	d, err := e.kube.AppsV1().Deployments(releaseNamespace).Get(ctx, controlSA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := launch.Binary(ctx, "gpu-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The workload's pods go through the chart's webhooks, served from this machine.
+	restore := routeWebhooksToLocal(t, ctx, e)
+	defer restore()
+	var args []string
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		// The ports are the pod's own; here they must be free ones on loopback.
+		if strings.HasPrefix(a, "--metrics-bind-address=") || strings.HasPrefix(a, "--health-probe-bind-address=") {
+			continue
+		}
+		args = append(args, a)
+	}
+	args = append(args, "--kubeconfig="+kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0")
+	proc, err := e.c.StartProcess("gpu-controller-chart", bin, args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proc.Stop(5 * time.Second) })
+	if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: userNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	gw := &apiv1.GpuWorkload{
+		ObjectMeta: metav1.ObjectMeta{Name: "chart-gw", Namespace: userNS},
+		Spec: apiv1.GpuWorkloadSpec{
+			Claim:    apiv1.WorkloadClaim{Spec: &apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}},
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "registry.example/cuda:fake"}}}},
+		},
+	}
+	if _, err := e.gpu.GpuV1().GpuWorkloads(userNS).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if !proc.Running() {
+			return false, fmt.Errorf("gpu-controller exited")
+		}
+		got, err := e.gpu.GpuV1().GpuWorkloads(userNS).Get(ctx, gw.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, claimErr := e.gpu.GpuV1().GpuClaims(userNS).Get(ctx, "chart-gw-0-0", metav1.GetOptions{})
+		return len(got.Finalizers) == 1 && len(got.Status.Replicas) == 1 && got.Status.Replicas[0].Pod == "chart-gw-0-0" && claimErr == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("gpu-controller did not run GpuWorkload %s/%s: %v\n%s", userNS, gw.Name, err, proc.LogTail(40))
+	}
+	if err := e.gpu.GpuV1().GpuWorkloads(userNS).Delete(ctx, gw.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.gpu.GpuV1().GpuWorkloads(userNS).Get(ctx, gw.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("GpuWorkload %s/%s not cleaned up and released: %v\n%s", userNS, gw.Name, err, proc.LogTail(40))
+	}
+	l, err := e.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, "gpu-controller.gpu.scheduling", metav1.GetOptions{})
+	if err != nil || ptr.Deref(l.Spec.HolderIdentity, "") == "" {
+		t.Errorf("leader lease %s/gpu-controller.gpu.scheduling: %v", releaseNamespace, err)
+	}
+	if err := proc.Stop(10 * time.Second); err != nil {
+		t.Error(err)
+	}
+	log, err := os.ReadFile(proc.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(strings.ToLower(line), "forbidden") {
+			t.Errorf("the controller was refused: %s", line)
+		}
+	}
 }
 
 // startAgent runs bin/gpu-agent with the DaemonSet's arguments, NODE_NAME as the Downward API

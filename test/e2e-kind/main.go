@@ -78,8 +78,8 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "kind cluster to create (an existing one of that name is reused)")
 	fs.StringVar(&o.NodeImage, "node-image", o.NodeImage, "kindest/node image: the Kubernetes version under test (1.34, 1.35 or 1.36)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "worker nodes, each with 8 mock GPUs")
-	fs.StringVar(&o.ImageRegistry, "image-registry", o.ImageRegistry, "registry prefix of the gpu-scheduler, gpu-webhook and gpu-agent images (as built by make docker-all)")
-	fs.StringVar(&o.ImageTag, "image-tag", o.ImageTag, "tag of the three images")
+	fs.StringVar(&o.ImageRegistry, "image-registry", o.ImageRegistry, "registry prefix of the gpu-scheduler, gpu-webhook, gpu-controller and gpu-agent images (as built by make docker-all)")
+	fs.StringVar(&o.ImageTag, "image-tag", o.ImageTag, "tag of the four images")
 	fs.StringVar(&o.Helm, "helm", o.Helm, "helm binary (make tools builds one into _output/bin)")
 	fs.StringVar(&o.Chart, "chart", o.Chart, "chart directory")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "release namespace")
@@ -102,11 +102,12 @@ func (o options) validate() error {
 	return nil
 }
 
-// images are the three images the chart runs, in the order make docker-all builds them.
+// images are the four images the chart runs, in the order make docker-all builds them.
 func (o options) images() []string {
 	return []string{
 		o.ImageRegistry + "/gpu-scheduler:" + o.ImageTag,
 		o.ImageRegistry + "/gpu-webhook:" + o.ImageTag,
+		o.ImageRegistry + "/gpu-controller:" + o.ImageTag,
 		o.ImageRegistry + "/gpu-agent:" + o.ImageTag,
 	}
 }
@@ -120,12 +121,15 @@ func (o options) helmInstallArgs(kubeconfig string) []string {
 		"--wait", "--timeout", "5m",
 		"--set", "scheduler.image.repository=" + o.ImageRegistry + "/gpu-scheduler",
 		"--set", "webhook.image.repository=" + o.ImageRegistry + "/gpu-webhook",
+		"--set", "controller.image.repository=" + o.ImageRegistry + "/gpu-controller",
 		"--set", "agent.image.repository=" + o.ImageRegistry + "/gpu-agent",
 		"--set", "scheduler.image.tag=" + o.ImageTag,
 		"--set", "webhook.image.tag=" + o.ImageTag,
+		"--set", "controller.image.tag=" + o.ImageTag,
 		"--set", "agent.image.tag=" + o.ImageTag,
 		"--set", "scheduler.image.pullPolicy=Never",
 		"--set", "webhook.image.pullPolicy=Never",
+		"--set", "controller.image.pullPolicy=Never",
 		"--set", "agent.image.pullPolicy=Never",
 		"--set", "agent.enabled=false",
 	}

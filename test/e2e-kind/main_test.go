@@ -62,6 +62,7 @@ func TestHelmInstallArgs(t *testing.T) {
 		"scheduler.image.repository=localhost:5000/gs/gpu-scheduler", "scheduler.image.tag=pr-7",
 		"webhook.image.repository=localhost:5000/gs/gpu-webhook", "webhook.image.tag=pr-7",
 		"scheduler.image.pullPolicy=Never", "webhook.image.pullPolicy=Never", "agent.enabled=false",
+		"controller.image.repository=localhost:5000/gs/gpu-controller", "controller.image.tag=pr-7", "controller.image.pullPolicy=Never",
 	} {
 		if !slices.Contains(args, want) {
 			t.Errorf("helm args %v lack --set %s", args, want)
@@ -70,7 +71,7 @@ func TestHelmInstallArgs(t *testing.T) {
 	if i := slices.Index(args, "--namespace"); i < 0 || args[i+1] != "gpu-scheduler" {
 		t.Errorf("helm args %v: want --namespace gpu-scheduler", args)
 	}
-	if got := o.images(); got[0] != "localhost:5000/gs/gpu-scheduler:pr-7" || len(got) != 3 {
+	if got := o.images(); got[0] != "localhost:5000/gs/gpu-scheduler:pr-7" || got[2] != "localhost:5000/gs/gpu-controller:pr-7" || len(got) != 4 {
 		t.Errorf("images = %v", got)
 	}
 }

@@ -31,6 +31,10 @@ Names. The release's objects are called <fullname> (the scheduler), <fullname>-w
 {{- printf "%s-agent" (include "gpu-scheduler.fullname" .) -}}
 {{- end -}}
 
+{{- define "gpu-scheduler.controller.fullname" -}}
+{{- printf "%s-controller" (include "gpu-scheduler.fullname" .) -}}
+{{- end -}}
+
 {{- define "gpu-scheduler.webhook.tlsSecretName" -}}
 {{- printf "%s-tls" (include "gpu-scheduler.webhook.fullname" .) -}}
 {{- end -}}
@@ -42,6 +46,10 @@ Names. The release's objects are called <fullname> (the scheduler), <fullname>-w
 
 {{- define "gpu-scheduler.webhook.serviceAccountName" -}}
 {{- default (include "gpu-scheduler.webhook.fullname" .) .Values.webhook.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "gpu-scheduler.controller.serviceAccountName" -}}
+{{- default (include "gpu-scheduler.controller.fullname" .) .Values.controller.serviceAccount.name -}}
 {{- end -}}
 
 {{- define "gpu-scheduler.agent.serviceAccountName" -}}
@@ -57,7 +65,7 @@ Names. The release's objects are called <fullname> (the scheduler), <fullname>-w
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Labels of every object; "component" is scheduler, webhook or agent. */}}
+{{/* Labels of every object; "component" is scheduler, webhook, controller or agent. */}}
 {{- define "gpu-scheduler.labels" -}}
 helm.sh/chart: {{ include "gpu-scheduler.chart" .root }}
 {{ include "gpu-scheduler.selectorLabels" . }}
