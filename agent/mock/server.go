@@ -6,8 +6,9 @@
 // random UUIDs; and the generated mocks append every call to an in-memory record that a
 // long simulation would grow without bound.
 //
-// Topologies are registered by name (Names, New); the simulator and the acceptance tests
-// refer to them by these names. Faults are injected at run time with Server.Inject.
+// Servers are built from hardware descriptions (Hardware, Build): the presets embedded from
+// scenarios/hardware and any a scenario registers are found by name (Names, New); the simulator
+// and the acceptance tests refer to them by these names. Faults are injected at run time with Server.Inject.
 package mock
 
 import (
@@ -27,11 +28,15 @@ type Server struct {
 	nvmlmock.Interface
 
 	topology string
-	mu       sync.Mutex
-	devices  []*Device
-	initErr  nvml.Return
-	inits    int
-	sets     []*EventSet
+	// seed is WithSeed's (the node name in the fleet); multiNode the node's multi-node NVLink
+	// domain, if any.
+	seed      string
+	multiNode *MultiNodeSpec
+	mu        sync.Mutex
+	devices   []*Device
+	initErr   nvml.Return
+	inits     int
+	sets      []*EventSet
 	// calls counts device queries: a bounded stand-in for the generated mocks' call records.
 	calls atomic.Uint64
 }
@@ -78,6 +83,7 @@ type Option func(*Server)
 // fleet passes the node name so that no two simulated GPUs share a UUID.
 func WithSeed(seed string) Option {
 	return func(s *Server) {
+		s.seed = seed
 		for _, d := range s.devices {
 			d.uuid = deviceUUID(seed, s.topology, d.index)
 		}

@@ -1,14 +1,22 @@
 package mock
 
 import (
+	"bytes"
 	"fmt"
-	"sort"
+	"io/fs"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"sync"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-scheduler/gpu-scheduler/scenarios/hardware"
 )
 
-// The topology names. The simulator labels kwok nodes with one of them
-// (gpu.scheduling/topology) and the acceptance tests name them; this is the only list.
+// The names of some shipped hardware presets (scenarios/hardware/<name>.yaml) that tests and
+// the simulator's defaults refer to. Every preset file is registered; Names lists them all.
 const (
 	// DGXA100 is 8 A100-SXM4-80GB on six NVSwitches, 12 NVLink 3 links each: one island at 600 GB/s.
 	DGXA100 = "dgx-a100"
@@ -28,136 +36,112 @@ const (
 	PCIeOnly = "pcie-only"
 )
 
-type builder func() *Server
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]*Hardware{}
+)
 
-var registry = map[string]builder{
-	DGXA100:         func() *Server { return nvswitchBox(DGXA100, a100SXM, 6, 2, nvml.NVLINK_VERSION_3_0) },
-	DGXH100:         func() *Server { return nvswitchBox(DGXH100, h100SXM, 4, 0, nvml.NVLINK_VERSION_4_0) },
-	DGXB200:         func() *Server { return nvswitchBox(DGXB200, b200, 2, 9, nvml.NVLINK_VERSION_5_0) },
-	PCIeNVLinkPairs: pcieNVLinkPairs,
-	TwoIsland:       twoIsland,
-	PCIeOnly:        pcieOnly,
-}
-
-// Names lists the registered topologies, sorted.
-func Names() []string {
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
+func init() {
+	presets, err := ParseHardwareFS(hardware.Files)
+	if err != nil {
+		panic(fmt.Sprintf("mock: the embedded hardware presets are invalid: %v", err))
 	}
-	sort.Strings(names)
-	return names
+	for _, h := range presets {
+		registry[h.Metadata.Name] = h
+	}
 }
 
-// New builds a fresh server of the named topology.
+// ParseHardwareFS reads every *.yaml file of fsys as a hardware description; the file name
+// (without .yaml) must be the description's name. Errors name the file and field.
+func ParseHardwareFS(fsys fs.FS) ([]*Hardware, error) {
+	files, err := fs.Glob(fsys, "*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	var out []*Hardware
+	for _, f := range files {
+		data, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, err
+		}
+		h, err := ParseHardware(f, data)
+		if err != nil {
+			return nil, err
+		}
+		if want := strings.TrimSuffix(path.Base(f), ".yaml"); h.Metadata.Name != want {
+			return nil, fmt.Errorf("%s: metadata.name %q is not the file's name %q", f, h.Metadata.Name, want)
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// ParseHardware strictly decodes and validates one hardware file. The simulator's scenario
+// loader reads user files itself, with line numbers; this is for the embedded presets.
+func ParseHardware(file string, data []byte) (*Hardware, error) {
+	var h Hardware
+	if err := yaml.UnmarshalStrict(bytes.TrimSpace(data), &h); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if h.APIVersion != HardwareAPIVersion || h.Kind != HardwareKind {
+		return nil, fmt.Errorf("%s: want apiVersion %s and kind %s", file, HardwareAPIVersion, HardwareKind)
+	}
+	if errs := h.Validate(); len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = file + ": " + e.Path + ": " + e.Msg
+		}
+		return nil, fmt.Errorf("%s", strings.Join(msgs, "\n"))
+	}
+	return &h, nil
+}
+
+// Register adds a hardware description (a scenario's inline one) under its name, so that
+// New and the agent fleet find it. It refuses an invalid description, and a name already
+// registered with another description.
+func Register(h *Hardware) error {
+	if errs := h.Validate(); len(errs) > 0 {
+		return fmt.Errorf("hardware %q: %s: %s", h.Metadata.Name, errs[0].Path, errs[0].Msg)
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if old, ok := registry[h.Metadata.Name]; ok {
+		if sameHardware(old, h) {
+			return nil
+		}
+		return fmt.Errorf("hardware %q is already defined (a preset or another pool's); give the inline hardware another name", h.Metadata.Name)
+	}
+	c := *h
+	registry[h.Metadata.Name] = &c
+	return nil
+}
+
+func sameHardware(a, b *Hardware) bool {
+	x, _ := yaml.Marshal(a.Spec)
+	y, _ := yaml.Marshal(b.Spec)
+	return bytes.Equal(x, y)
+}
+
+// Lookup returns the registered description of name.
+func Lookup(name string) (*Hardware, bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	h, ok := registry[name]
+	return h, ok
+}
+
+// Names lists the registered hardware, sorted.
+func Names() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	return slices.Sorted(maps.Keys(registry))
+}
+
+// New builds a fresh server of the named hardware.
 func New(name string, opts ...Option) (*Server, error) {
-	b, ok := registry[name]
+	h, ok := Lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("mock topology %q is unknown; known: %v", name, Names())
 	}
-	s := b()
-	for _, o := range opts {
-		o(s)
-	}
-	return s, nil
-}
-
-type product struct {
-	name      string
-	memoryMiB uint64
-	pcieGen   int
-}
-
-var (
-	a100SXM   = product{"NVIDIA A100-SXM4-80GB", 81920, 4}
-	a100SXM40 = product{"NVIDIA A100-SXM4-40GB", 40960, 4}
-	a100PCIe  = product{"NVIDIA A100 80GB PCIe", 81920, 4}
-	h100SXM   = product{"NVIDIA H100 80GB HBM3", 81559, 5}
-	b200      = product{"NVIDIA B200", 183359, 6}
-	l40s      = product{"NVIDIA L40S", 46068, 4}
-)
-
-// dgxBusIDs are the GPU bus IDs of a DGX A100 / H100, in NVML index order.
-var dgxBusIDs = []string{"07", "0f", "47", "4e", "87", "90", "b7", "bd"}
-
-func busID(bus string) string { return "00000000:" + bus + ":00.0" }
-
-// newServer makes n GPUs of product p with the given bus numbers. The PCIe tree is two
-// sockets, each with two host bridges, each with one switch holding two GPUs, as on a DGX.
-func newServer(topology string, p product, buses []string) *Server {
-	s := &Server{topology: topology}
-	for i, bus := range buses {
-		s.devices = append(s.devices, &Device{
-			server:     s,
-			index:      i,
-			uuid:       deviceUUID("", topology, i),
-			name:       p.name,
-			busID:      busID(bus),
-			memoryMiB:  p.memoryMiB,
-			pcie:       pcie{gen: p.pcieGen, width: 16, path: []string{fmt.Sprintf("cpu%d", i/4), fmt.Sprintf("rc%d", i/2), fmt.Sprintf("sw%d", i/2)}},
-			registered: map[*EventSet]uint64{},
-		})
-	}
-	return s
-}
-
-// nvswitchBox wires every GPU to every NVSwitch with linksPerSwitch links; when
-// linksPerSwitch is 0 it uses the DGX H100 pattern (5, 4, 4, 5 links on four switches).
-func nvswitchBox(topology string, p product, switches, linksPerSwitch int, v nvml.NvlinkVersion) *Server {
-	s := newServer(topology, p, dgxBusIDs)
-	perSwitch := make([]int, switches)
-	for i := range perSwitch {
-		perSwitch[i] = linksPerSwitch
-	}
-	if linksPerSwitch == 0 {
-		perSwitch = []int{5, 4, 4, 5}
-	}
-	for _, d := range s.devices {
-		for sw, n := range perSwitch {
-			for range n {
-				d.links = append(d.links, link{version: v, remoteBus: busID(fmt.Sprintf("%02x", 0xc4+sw)), remoteType: nvml.NVLINK_DEVICE_TYPE_SWITCH})
-			}
-		}
-	}
-	return s
-}
-
-// connect joins GPUs a and b with n links of version v, both directions at once, so that no
-// topology can have a one-way link.
-func connect(s *Server, a, b, n int, v nvml.NvlinkVersion) {
-	da, db := s.devices[a], s.devices[b]
-	for range n {
-		da.links = append(da.links, link{version: v, remoteBus: db.busID, remoteType: nvml.NVLINK_DEVICE_TYPE_GPU})
-		db.links = append(db.links, link{version: v, remoteBus: da.busID, remoteType: nvml.NVLINK_DEVICE_TYPE_GPU})
-	}
-}
-
-func pcieNVLinkPairs() *Server {
-	s := newServer(PCIeNVLinkPairs, a100PCIe, []string{"17", "18", "31", "32", "b1", "b2", "ca", "cb"})
-	for i := 0; i < 8; i += 2 {
-		connect(s, i, i+1, 12, nvml.NVLINK_VERSION_3_0)
-	}
-	return s
-}
-
-func twoIsland() *Server {
-	s := newServer(TwoIsland, a100SXM40, dgxBusIDs)
-	for a := 0; a < 4; a++ {
-		for b := a + 1; b < 4; b++ {
-			connect(s, a, b, 4, nvml.NVLINK_VERSION_3_0)
-		}
-	}
-	for i := 4; i < 8; i++ {
-		s.devices[i].pcie.path = []string{"cpu1", "rc2", "sw2"}
-	}
-	s.devices[7].remapFailure = true
-	return s
-}
-
-func pcieOnly() *Server {
-	s := newServer(PCIeOnly, l40s, []string{"1a", "1b", "1c", "1d", "9a", "9b", "9c", "9d"})
-	for i, d := range s.devices {
-		d.pcie.path = []string{fmt.Sprintf("cpu%d", i/4), fmt.Sprintf("rc%d", i/4), fmt.Sprintf("sw%d", i/4), fmt.Sprintf("sw%d.%d", i/4, i%4/2)}
-	}
-	return s
+	return Build(h, opts...)
 }
