@@ -185,6 +185,21 @@ func TestDiscoverMockTopologies(t *testing.T) {
 		}},
 		mock.TwoIsland: {"NVIDIA A100-SXM4-40GB", append(repeat(4, want{g0, 600, true}), repeat(4, want{g1, 64, false})...)},
 		mock.PCIeOnly:  {"NVIDIA L40S", append(repeat(4, want{g0, 64, false}), repeat(4, want{g1, 64, false})...)},
+		"t4-x1":        {"Tesla T4", []want{{g0, 32, false}}},
+		"t4-x2":        {"Tesla T4", []want{{g0, 32, false}, {g1, 32, false}}}, // one per socket
+		"l4-x1":        {"NVIDIA L4", []want{{g0, 64, false}}},
+		"l4-x2":        {"NVIDIA L4", repeat(2, want{g0, 64, false})}, // one PCIe switch
+		"a10-x1":       {"NVIDIA A10", []want{{g0, 64, false}}},
+		"a10-x2":       {"NVIDIA A10", []want{{g0, 64, false}, {g1, 64, false}}},
+		"hgx-a100-4":   {"NVIDIA A100-SXM4-40GB", repeat(4, want{g0, 600, true})},
+		// The hybrid cube mesh is connected, so one island; each GPU has 6 NVLink 2 links.
+		"dgx1-v100": {"Tesla V100-SXM2-32GB", repeat(8, want{g0, 300, true})},
+		"h100-nvl-pairs": {"NVIDIA H100 NVL", []want{
+			{g0, 600, true}, {g0, 600, true}, {g1, 600, true}, {g1, 600, true},
+			{g2, 600, true}, {g2, 600, true}, {g3, 600, true}, {g3, 600, true},
+		}},
+		"dgx-2":       {"Tesla V100-SXM3-32GB", repeat(16, want{g0, 300, true})},
+		"gb200-nvl72": {"NVIDIA GB200", repeat(4, want{g0, 1800, true})},
 	}
 	if got, wantNames := len(mock.Names()), len(tests); got != wantNames {
 		t.Fatalf("mock.Names() has %d topologies, this test covers %d: cover the new one", got, wantNames)

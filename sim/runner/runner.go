@@ -136,6 +136,11 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The in-process agent fleet builds each node's mock NVML by the node's topology name:
+	// the scenario's own hardware descriptions must be known by then.
+	if err := scenario.RegisterHardware(o.Scenario); err != nil {
+		return nil, err
+	}
 	modes := []string{ModeGPU}
 	if _, ok := targets[ModeStock]; ok {
 		modes = append(modes, ModeStock)

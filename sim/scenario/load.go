@@ -96,6 +96,7 @@ func Load(file string, data []byte) (*Scenario, error) {
 			return nil, c.result(file)
 		}
 	}
+	c.resolveHardware(file, &s)
 	s.Default()
 	c.validate(&s)
 	if len(c.errs) > 0 {

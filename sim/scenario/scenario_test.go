@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	"sigs.k8s.io/yaml"
 )
 
@@ -203,5 +204,47 @@ func TestExpandGangs(t *testing.T) {
 	}
 	if again := Expand(s); !reflect.DeepEqual(again, plan) {
 		t.Error("the same seed expanded to another plan")
+	}
+}
+
+// TestBadHardwareFiles: every file in testdata/bad-hardware fails with exactly the errors in
+// its .err file (line, field path, message).
+func TestBadHardwareFiles(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/bad-hardware/*.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no bad hardware files: %v", err)
+	}
+	for _, in := range inputs {
+		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			_, err := LoadHardwareFile(in)
+			if err == nil {
+				t.Fatalf("LoadHardwareFile(%s) succeeded; want an error", in)
+			}
+			compareGolden(t, strings.TrimSuffix(in, ".yaml")+".err", []byte(err.Error()+"\n"))
+		})
+	}
+}
+
+// TestShippedHardware: every preset file loads through the line-aware loader too, and the
+// mock NVML knows it by its name.
+func TestShippedHardware(t *testing.T) {
+	files, err := filepath.Glob("../../scenarios/hardware/*.yaml")
+	if err != nil || len(files) < 15 {
+		t.Fatalf("want at least 15 hardware presets, found %d (%v)", len(files), err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			h, err := LoadHardwareFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Metadata.Name+".yaml" != filepath.Base(f) {
+				t.Errorf("metadata.name %q does not match the file name", h.Metadata.Name)
+			}
+			if _, ok := mock.Lookup(h.Metadata.Name); !ok {
+				t.Errorf("mock NVML does not know preset %s", h.Metadata.Name)
+			}
+		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 )
 
 // APIVersion and Kind every scenario file starts with.
@@ -56,9 +58,13 @@ type Spec struct {
 
 // NodePool is a group of identical fake GPU nodes named <name>-<index, 5 digits>.
 type NodePool struct {
-	Name     string `json:"name"`
-	Count    int    `json:"count"`
-	Topology string `json:"topology"`
+	Name  string `json:"name"`
+	Count int    `json:"count"`
+	// Topology names a hardware preset (scenarios/hardware/<name>.yaml); Hardware describes the
+	// node inline, HardwareFile in a file of its own (relative to the scenario). Give exactly one.
+	Topology     string         `json:"topology,omitempty"`
+	Hardware     *mock.Hardware `json:"hardware,omitempty"`
+	HardwareFile string         `json:"hardwareFile,omitempty"`
 	// GPUsPerNode defaults to the topology's GPU count; it may not differ from it.
 	GPUsPerNode int               `json:"gpusPerNode,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`

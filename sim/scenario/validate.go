@@ -53,6 +53,9 @@ func (s *Scenario) Default() {
 			if n, ok := topologyGPUs(p.Topology); ok {
 				p.GPUsPerNode = n
 			}
+			if p.Hardware != nil {
+				p.GPUsPerNode = p.Hardware.Spec.GPUs.Count
+			}
 		}
 	}
 	w := &s.Spec.Workload
@@ -196,9 +199,14 @@ func (c *checker) validatePools(pools []NodePool) map[string]NodePool {
 			c.add(path, "cpuMilli and memoryMiB must not be negative; leave them out for 128 cores and 1 TiB")
 		}
 		n, ok := topologyGPUs(p.Topology)
+		if p.Hardware != nil {
+			n, ok = p.Hardware.Spec.GPUs.Count, true
+		}
 		switch {
+		case p.Topology == "" && (p.Hardware != nil || p.HardwareFile != ""):
+			// resolveHardware reported what is wrong with the pool's hardware
 		case p.Topology == "":
-			c.add(path+".topology", "is required; use one of %s", oneOf(mock.Names()...))
+			c.add(path+".topology", "is required: name a preset (one of %s), or describe the node with hardware or hardwareFile", oneOf(mock.Names()...))
 		case !ok:
 			c.add(path+".topology", "%q is not a known topology; use one of %s", p.Topology, oneOf(mock.Names()...))
 		case p.GPUsPerNode != n:

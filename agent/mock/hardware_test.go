@@ -1,0 +1,72 @@
+package mock
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// TestFabricInfo: the 18 nodes of one GB200 NVL72 rack share a cluster UUID and clique; the
+// next rack has another; a node outside a multi-node domain answers NOT_SUPPORTED.
+func TestFabricInfo(t *testing.T) {
+	info := func(topology, node string, gpu int) (nvml.GpuFabricInfo, nvml.Return) {
+		t.Helper()
+		s, err := New(topology, WithSeed(node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Init()
+		d, _ := s.DeviceGetHandleByIndex(gpu)
+		return d.(*Device).GetGpuFabricInfo()
+	}
+	first, ret := info("gb200-nvl72", "rack-00000", 0)
+	if ret != nvml.SUCCESS || first.State != nvml.GPU_FABRIC_STATE_COMPLETED || first.CliqueId != 1 {
+		t.Fatalf("GB200 fabric info: %+v %v", first, ret)
+	}
+	same, _ := info("gb200-nvl72", "rack-00017", 3)
+	next, _ := info("gb200-nvl72", "rack-00018", 0)
+	if same.ClusterUuid != first.ClusterUuid {
+		t.Errorf("nodes 0 and 17 are in one NVL72 domain, got cluster UUIDs %x and %x", first.ClusterUuid, same.ClusterUuid)
+	}
+	if next.ClusterUuid == first.ClusterUuid {
+		t.Errorf("node 18 starts the second domain, got the first's cluster UUID %x", next.ClusterUuid)
+	}
+	if _, ret := info(DGXH100, "dgx-00000", 0); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("DGX H100 fabric info: %v, want NOT_SUPPORTED", ret)
+	}
+}
+
+// TestRegister: a scenario's own hardware is found by name; an invalid one, or another
+// description under a taken name, is refused.
+func TestRegister(t *testing.T) {
+	h := &Hardware{Metadata: HardwareMetadata{Name: "test-register-box"}, Spec: HardwareSpec{
+		GPUs:   GPUSpec{Count: 2, Model: "NVIDIA L4", MemoryMiB: 23034, PCIeGeneration: 4},
+		NVLink: &NVLinkSpec{Version: 4, Links: []NVLinkBridge{{From: 0, To: 1, Count: 4}}},
+	}}
+	if err := Register(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := Register(h); err != nil {
+		t.Errorf("registering the same description twice: %v", err)
+	}
+	s, err := New("test-register-box")
+	if err != nil || s.NumDevices() != 2 || len(s.devices[0].links) != 4 || len(s.devices[1].links) != 4 {
+		t.Fatalf("New: %v", err)
+	}
+	other := *h
+	other.Spec.GPUs.Count = 1
+	other.Spec.NVLink = nil
+	if err := Register(&other); err == nil || !strings.Contains(err.Error(), "already defined") {
+		t.Errorf("another description under a taken name: %v", err)
+	}
+	bad := *h
+	bad.Metadata.Name = "test-register-bad"
+	bad.Spec.NVLink = &NVLinkSpec{Version: 4, Links: []NVLinkBridge{{From: 0, To: 5, Count: 4}}}
+	if err := Register(&bad); err == nil || !strings.Contains(err.Error(), "GPU 5 does not exist") {
+		t.Errorf("invalid description: %v", err)
+	}
+	if _, ok := Lookup("test-register-bad"); ok {
+		t.Error("an invalid description was registered")
+	}
+}
