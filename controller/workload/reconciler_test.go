@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -185,6 +186,9 @@ func TestReplicasGetPodsAndOwnedClaims(t *testing.T) {
 // happens before the wait is over, the replica's next attempt replaces its pod after it, and
 // the next failure with no retries left fails the workload and frees the others' GPUs.
 func TestRetryAfterBackoffThenFail(t *testing.T) {
+	failedBefore := testutil.ToFloat64(failedTotal.WithLabelValues(ReasonPodFailed))
+	retriesBefore := testutil.ToFloat64(retriesTotal)
+	scheduledBefore := testutil.ToFloat64(scheduledTotal.WithLabelValues("round-robin"))
 	e := newEnv(t, inlineSpec(2, 1, 4))
 	e.reconcile(t)
 	e.setPod(t, "train-0-0", running("node-a", "0,1"))
@@ -235,6 +239,17 @@ func TestRetryAfterBackoffThenFail(t *testing.T) {
 	e.reconcile(t)
 	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-1"}) {
 		t.Fatalf("after Failed: pods %v", got)
+	}
+	// The counters: one failure by reason, one retry, and the workload scheduled twice (before
+	// and after its retry) under its strategy.
+	if got := testutil.ToFloat64(failedTotal.WithLabelValues(ReasonPodFailed)) - failedBefore; got != 1 {
+		t.Errorf("failed{PodFailed} went up by %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(retriesTotal) - retriesBefore; got != 1 {
+		t.Errorf("retries went up by %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(scheduledTotal.WithLabelValues("round-robin")) - scheduledBefore; got != 2 {
+		t.Errorf("scheduled{round-robin} went up by %g, want 2", got)
 	}
 	var all []string
 	for len(e.events.Events) > 0 {
