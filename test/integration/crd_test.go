@@ -3,9 +3,11 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -192,5 +194,27 @@ func TestExampleWorkloadIsValid(t *testing.T) {
 	gvr := schema.GroupVersionResource{Group: "gpu.scheduling", Version: "v1", Resource: "gpuworkloads"}
 	if _, err := dyn.Resource(gvr).Namespace(ns).Create(t.Context(), obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Fatalf("examples/gpuworkload.yaml: %v", err)
+	}
+}
+
+// TestWorkloadPrinterColumns asks for GpuWorkloads as kubectl get does (as a Table) and checks
+// the columns.
+func TestWorkloadPrinterColumns(t *testing.T) {
+	ns := namespace(t, "columns")
+	raw, err := env.kube.CoreV1().RESTClient().Get().AbsPath("/apis/gpu.scheduling/v1/namespaces/"+ns+"/gpuworkloads").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range table.ColumnDefinitions {
+		names = append(names, c.Name)
+	}
+	if want := []string{"Name", "Phase", "Ready", "GPUs", "Nodes", "Age"}; !slices.Equal(names, want) {
+		t.Fatalf("columns %v, want %v", names, want)
 	}
 }
