@@ -106,3 +106,15 @@ func TestNodeStrategyAnnotationRejected(t *testing.T) {
 		t.Fatalf("status %v", st)
 	}
 }
+
+// A pod that asks for GPUs through a claim template and names no claim yet is held back, never
+// scheduled as a pod without GPUs.
+func TestTemplatedPodWithoutClaimWaits(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	pod := gpuPod("p", "")
+	pod.Annotations[apiv1.AnnotationClaimTemplate] = "train-8x"
+	_, st, _ := e.schedule(t, pod)
+	if st == nil || st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), `names GpuClaimTemplate "train-8x"`) {
+		t.Fatalf("status %v", st)
+	}
+}
