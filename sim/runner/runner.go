@@ -257,6 +257,7 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	// One step after the other: overlapping the agent fleet's start and the claims with kwok
 	// making 5,000 nodes Ready saturated the apiserver until its requests timed out and were
 	// retried, which made the setup twice as long (5m45s instead of about 2.5 minutes).
+	bar.phase(fmt.Sprintf("waiting for %d nodes to be Ready (kwok)", nodes))
 	if err := c.WaitNodesReady(ctx, labels.SelectorFromSet(labels.Set{cluster.LabelKwokType: "kwok"}), nodes, 5*time.Minute); err != nil {
 		if external {
 			return nil, fmt.Errorf("%w (does the cluster run kwok? make it with \"kwokctl create cluster\" or \"gpu-sim cluster up\")", err)
@@ -446,6 +447,13 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		res.Teardown = time.Since(t)
 		return res, nil
 	}
+	// The figures are taken: stop the agents and the watch before the teardown. Every lease the
+	// scheduler releases would otherwise make the node's agent rewrite its GpuNodeStatus (at
+	// scale-5k thousands of custom-resource writes competing with the releases we wait for),
+	// and the recorder would process every pod delete. Neither deletes leases, so the count of
+	// leases left is the scheduler's alone either way.
+	stopFleet()
+	stopWatch()
 	bar.phase("deleting the workload")
 	if err := deleteWorkload(ctx, cs, ns, run, plan); err != nil {
 		return nil, err
