@@ -53,9 +53,12 @@ type Input struct {
 	Pods   []Pod
 	Health []HealthChange
 	// AnyN says the scheduler chose only a node, not GPU IDs (the stock scheduler with
-	// nvidia.com/gpu): each pod is modelled as getting the lowest-numbered free healthy GPUs of
-	// its node, "any N of the node's GPUs".
+	// nvidia.com/gpu): the GPU IDs are those StockPick picks among the node's free healthy
+	// GPUs, as the node's device plugin would; without StockPick, the lowest-numbered ones.
 	AnyN bool
+	// StockPick picks size of the available GPU IDs of node (package sim/baseline: the NVIDIA
+	// device plugin's preferred allocation); nil when it cannot.
+	StockPick func(node Node, available []int, size int) []int
 	// End of the workload phase; SampleEvery spaces the utilization samples (default End/200).
 	End         time.Duration
 	SampleEvery time.Duration
@@ -445,8 +448,23 @@ func (rp *replay) apply(ev event, r *Result) {
 	}
 }
 
-// anyN models the stock scheduler's pick: the lowest free healthy IDs, then any free ones.
+// anyN models the stock cluster's pick: StockPick's choice among the free healthy GPUs (the
+// lowest IDs without one); when too few are healthy (the kwok node's capacity does not shrink
+// as a real device plugin's would), the lowest free healthy IDs, then any free ones.
 func (rp *replay) anyN(ns *nodeState, n int) []int {
+	if rp.in.StockPick != nil {
+		var healthy []int
+		for id, g := range ns.gpus {
+			if g.free() {
+				healthy = append(healthy, id)
+			}
+		}
+		if len(healthy) >= n {
+			if ids := rp.in.StockPick(*ns.node, healthy, n); len(ids) == n {
+				return ids
+			}
+		}
+	}
 	var ids []int
 	for pass := 0; pass < 2 && len(ids) < n; pass++ {
 		for id := range ns.gpus {

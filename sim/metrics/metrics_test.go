@@ -159,6 +159,39 @@ func TestAnyN(t *testing.T) {
 	}
 }
 
+// TestStockPick: with a device-plugin model the stock pod gets the GPUs it picks among the
+// free healthy ones; when it declines, or too few GPUs are healthy, the lowest free ones.
+func TestStockPick(t *testing.T) {
+	var asked [][]int
+	in := Input{
+		AnyN:   true,
+		Nodes:  []Node{twoIsland("n")},
+		Health: []HealthChange{{Node: "n", GPU: 0, At: 0, Healthy: false}},
+		StockPick: func(n Node, available []int, size int) []int {
+			asked = append(asked, append([]int(nil), available...))
+			if size == 3 {
+				return nil // declines: the lowest free healthy ones
+			}
+			return available[len(available)-size:] // the highest IDs
+		},
+		Pods: []Pod{
+			bound("a", 2, 0, 1*s, "n"), // picks 6,7
+			bound("b", 3, 0, 2*s, "n"), // declined: 1,2,3
+			bound("c", 3, 0, 3*s, "n"), // 4,5 healthy + 0 unhealthy: too few healthy, fallback
+		},
+		End: 3 * s,
+	}
+	r := Compute(in)
+	h := r.Map[0].Holders
+	if h[6] != "a" || h[7] != "a" || h[1] != "b" || h[3] != "b" || h[4] != "c" || h[0] != "c" {
+		t.Fatalf("holders %v", h)
+	}
+	// Compute replays twice (the figures, then the map at the peak): two offers each time.
+	if len(asked) != 4 || len(asked[0]) != 7 || asked[0][0] != 1 || len(asked[1]) != 5 {
+		t.Fatalf("StockPick was offered %v, want the 7 healthy GPUs then the 5 left, twice", asked)
+	}
+}
+
 func TestFragmentation(t *testing.T) {
 	in := Input{
 		Nodes: []Node{{Name: "n", Islands: []string{"a", "a", "b", "b"}}},

@@ -11,13 +11,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpu-scheduler/gpu-scheduler/sim/baseline"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/runner"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
 
-// AnyNNote says how the stock scheduler's GPU IDs are read.
-const AnyNNote = "The stock kube-scheduler only counts nvidia.com/gpu: it picks a node, not GPU IDs. Its pods are read as getting \"any N of the node's GPUs\" (modelled as the lowest-numbered free healthy ones), so its island and contiguity figures show what that node choice allows, not what a device plugin would pick."
+// AnyNNote says how the stock scheduler's GPU IDs are read, naming the policy.
+const AnyNNote = "The stock kube-scheduler only counts nvidia.com/gpu: it picks a node, not GPU IDs. Inside the node its pods get the GPUs the " + baseline.PolicyName + " would pick among the free healthy ones, run on the same mock NVML topology as the agent's. Multi-node NVLink domains (GB200 NVL72) are not used by either scheduler: islands are per node."
 
 // Check is one expectation of the scenario, judged on the gpu-scheduler run.
 type Check struct {

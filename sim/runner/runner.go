@@ -28,6 +28,7 @@ import (
 
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/baseline"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
@@ -388,7 +389,11 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	}
 
 	// Figures.
-	in := collect(rec, plan, t0, end, stock)
+	topologies := map[string]string{}
+	for _, p := range s.Spec.NodePools {
+		topologies[p.Name] = p.Topology
+	}
+	in := collect(rec, plan, topologies, t0, end, stock)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
 	if fill {
@@ -539,10 +544,13 @@ func (pl *player) settled(rec *recorder) bool {
 }
 
 // collect turns the recorder's observations into metrics input, with offsets from t0.
-func collect(rec *recorder, plan []scenario.PodPlan, t0, end time.Duration, stock bool) metrics.Input {
+func collect(rec *recorder, plan []scenario.PodPlan, topologies map[string]string, t0, end time.Duration, stock bool) metrics.Input {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	in := metrics.Input{AnyN: stock, End: end - t0}
+	if stock {
+		in.StockPick = stockPick
+	}
 	names := make([]string, 0, len(rec.nodes))
 	for n := range rec.nodes {
 		names = append(names, n)
@@ -553,6 +561,7 @@ func collect(rec *recorder, plan []scenario.PodPlan, t0, end time.Duration, stoc
 		node := metrics.Node{Name: n, Islands: make([]string, len(st.Status.Devices))}
 		if i := strings.LastIndexByte(n, '-'); i > 0 {
 			node.Pool = n[:i]
+			node.Topology = topologies[node.Pool]
 		}
 		for _, d := range st.Status.Devices {
 			if int(d.ID) < len(node.Islands) {
@@ -694,3 +703,14 @@ func copyLogs(workDir, dst string) {
 
 // killPID ends a process this run started (the stock scheduler) by its PID.
 func killPID(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// stockPick is the stock cluster's choice of GPU IDs inside a node: the NVIDIA device plugin's
+// preferred allocation (package sim/baseline), on the graph of the node's hardware read from
+// the same mock NVML the agent runs on.
+func stockPick(node metrics.Node, available []int, size int) []int {
+	g, err := baseline.ForTopology(node.Topology)
+	if err != nil || g.Len() != len(node.Islands) {
+		return nil
+	}
+	return g.Allocate(available, nil, size)
+}
