@@ -153,6 +153,12 @@ func (r *Report) rows() [][]string {
 			return fmt.Sprintf("%s (%d of %d where a free island fit; %d multi-GPU)", pct(x.Metrics.IslandLocalRatio), x.Metrics.IslandLocal, x.Metrics.IslandPossible, x.Metrics.MultiGPU)
 		}},
 		{"contiguous multi-GPU pods", func(x *runner.RunResult) string { return pct(x.Metrics.ContiguityRatio) }},
+		{"island-local / contiguous had stock got the lowest free IDs", func(x *runner.RunResult) string {
+			if x.LowestFree == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%s (%d of %d) / %s", pct(x.LowestFree.IslandLocalRatio), x.LowestFree.IslandLocal, x.LowestFree.IslandPossible, pct(x.LowestFree.ContiguityRatio))
+		}},
 		{"fragmentation (mean)", func(x *runner.RunResult) string { return pct(x.Metrics.MeanFragmentation) }},
 		{"GPU utilization mean / peak", func(x *runner.RunResult) string {
 			return pct(x.Metrics.MeanUtilization) + " / " + pct(x.Metrics.PeakUtilization)

@@ -96,6 +96,10 @@ type Options struct {
 type RunResult struct {
 	Mode    string         `json:"mode"`
 	Metrics metrics.Result `json:"metrics"`
+	// LowestFree is, for the stock run, the placement figures had its pods got the
+	// lowest-numbered free GPUs instead of the device plugin's pick (the simulator's earlier,
+	// naive reading), on the same bindings: how much the policy itself changes.
+	LowestFree *PlacementFigures `json:"lowestFree,omitempty"`
 	// Writes are the apiserver's write requests during the workload, by verb and resource.
 	Writes           []metrics.WriteRow `json:"writes"`
 	SchedulingWrites float64            `json:"schedulingWrites"`
@@ -396,6 +400,12 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	in := collect(rec, plan, topologies, t0, end, stock)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
+	if stock {
+		naive := in
+		naive.StockPick = nil
+		m := metrics.Compute(naive)
+		res.LowestFree = &PlacementFigures{IslandLocal: m.IslandLocal, IslandPossible: m.IslandPossible, IslandLocalRatio: m.IslandLocalRatio, ContiguityRatio: m.ContiguityRatio}
+	}
 	if fill {
 		// Only the pods that arrived before the run stopped.
 		arrived := in
@@ -713,4 +723,12 @@ func stockPick(node metrics.Node, available []int, size int) []int {
 		return nil
 	}
 	return g.Allocate(available, nil, size)
+}
+
+// PlacementFigures are the island and contiguity figures of a run.
+type PlacementFigures struct {
+	IslandLocal      int     `json:"islandLocal"`
+	IslandPossible   int     `json:"islandPossible"`
+	IslandLocalRatio float64 `json:"islandLocalRatio"`
+	ContiguityRatio  float64 `json:"contiguityRatio"`
 }
