@@ -1,0 +1,411 @@
+package deviceplugin_test
+
+// These tests run the kubelet's own device manager (k8s.io/kubernetes/pkg/kubelet/cm/devicemanager)
+// in the test process against the plugin on mock GPUs, over the real unix-socket registration.
+// The manager only serves /var/lib/kubelet/device-plugins/kubelet.sock, so TestMain runs the
+// tests in a private mount namespace with a tmpfs over /var/lib: nothing on the machine is touched
+// and parallel runs do not meet.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+
+	"github.com/gpu-scheduler/gpu-scheduler/agent/deviceplugin"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+const nsEnv = "GPU_SCHEDULER_DEVICEPLUGIN_TEST_NS"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(nsEnv) == "" {
+		args := []string{"--mount", "--propagation", "private"}
+		if os.Getuid() != 0 {
+			args = append(args, "--user", "--map-root-user")
+		}
+		cmd := exec.Command("unshare", append(append(args, os.Args[0]), os.Args[1:]...)...)
+		cmd.Env = append(os.Environ(), nsEnv+"=1")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			if ee, ok := err.(*exec.ExitError); ok {
+				os.Exit(ee.ExitCode())
+			}
+			fmt.Fprintf(os.Stderr, "running the tests in a private mount namespace (unshare --mount) failed: %v\n", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	if err := syscall.Mount("tmpfs", "/var/lib", "tmpfs", 0, "size=16m"); err != nil {
+		fmt.Fprintf(os.Stderr, "mounting a tmpfs over /var/lib in the test's mount namespace: %v\n", err)
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
+}
+
+const (
+	nodeName = "node-a"
+	resName  = deviceplugin.DefaultResourceName
+)
+
+// node is one node: the pods bound to it, the kubelet's device manager and our plugin.
+type node struct {
+	t       *testing.T
+	pods    cache.Indexer
+	mu      sync.Mutex
+	active  map[types.UID]*corev1.Pod
+	gpus    []deviceplugin.GPU
+	mgr     *devicemanager.ManagerImpl
+	plugin  *deviceplugin.Plugin
+	stopPlg context.CancelFunc
+	plgDone chan struct{}
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	srv, err := mock.New("dgx-a100", mock.WithSeed(nodeName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := nvmlgpu.New(srv, nvmlgpu.Options{})
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := lib.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{t: t, pods: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil), active: map[types.UID]*corev1.Pod{}}
+	for _, d := range devs {
+		uuid, err := d.UUID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.gpus = append(n.gpus, deviceplugin.GPU{Index: d.Index(), UUID: uuid, Healthy: true, NUMANode: -1})
+	}
+	n.startKubelet()
+	n.startPlugin()
+	t.Cleanup(func() {
+		n.stopPlugin()
+		_ = n.mgr.Stop(klog.Background())
+	})
+	n.waitAllocatable(len(n.gpus))
+	return n
+}
+
+func (n *node) startKubelet() {
+	mgr, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
+	if err != nil {
+		n.t.Fatalf("NewManagerImpl: %v", err)
+	}
+	activePods := func() []*corev1.Pod {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		out := make([]*corev1.Pod, 0, len(n.active))
+		for _, p := range n.active {
+			out = append(out, p)
+		}
+		return out
+	}
+	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
+	if err := mgr.Start(klog.Background(), activePods, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+		n.t.Fatalf("starting the device manager: %v", err)
+	}
+	n.mgr = mgr
+}
+
+func (n *node) startPlugin() {
+	p, err := deviceplugin.New(deviceplugin.Config{
+		NodeName: nodeName, Pods: corelisters.NewPodLister(n.pods), RecheckInterval: 10 * time.Millisecond,
+	})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	p.SetGPUs(n.gpus)
+	ctx, cancel := context.WithCancel(context.Background())
+	n.plugin, n.stopPlg, n.plgDone = p, cancel, make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		_ = p.Run(ctx)
+	}(n.plgDone)
+}
+
+func (n *node) stopPlugin() {
+	n.stopPlg()
+	<-n.plgDone
+}
+
+// waitAllocatable waits until the kubelet counts want healthy GPUs.
+func (n *node) waitAllocatable(want int) {
+	n.t.Helper()
+	var got int64
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, alloc, _ := n.mgr.GetCapacity()
+		q := alloc[resName]
+		got = q.Value()
+		return got == int64(want), nil
+	})
+	if err != nil {
+		n.t.Fatalf("kubelet allocatable %s: got %d, want %d", resName, got, want)
+	}
+}
+
+var podSeq int
+
+// bind makes a pod bound to the node as our scheduler leaves it: the webhook's resource limit on
+// its first container and the scheduler's allocation annotations. ids nil: no allocation.
+func (n *node) bind(count int, ids []int, boundAt time.Time) *corev1.Pod {
+	podSeq++
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "team", Name: fmt.Sprintf("pod-%d", podSeq), UID: types.UID(fmt.Sprintf("uid-%d", podSeq)),
+			CreationTimestamp: metav1.NewTime(boundAt.Add(-time.Minute)), Annotations: map[string]string{},
+		},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{
+			Name: "main",
+			Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{resName: *resource.NewQuantity(int64(count), resource.DecimalSI)},
+			},
+		}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(boundAt),
+		}}},
+	}
+	if ids != nil {
+		pod.Annotations[apiv1.AnnotationAllocated] = apiv1.Allocation{Node: nodeName, IDs: ids}.String()
+		pod.Annotations[apiv1.AnnotationGPUIDs] = apiv1.FormatIDs(ids)
+	}
+	if err := n.pods.Add(pod); err != nil {
+		n.t.Fatal(err)
+	}
+	return pod
+}
+
+// admit does what the kubelet does when it admits a pod and starts its container: Allocate,
+// then the run options the runtime is given.
+func (n *node) admit(pod *corev1.Pod) (*devicemanager.DeviceRunContainerOptions, error) {
+	n.mu.Lock()
+	n.active[pod.UID] = pod
+	n.mu.Unlock()
+	c := &pod.Spec.Containers[0]
+	if err := n.mgr.Allocate(pod, c); err != nil {
+		n.mu.Lock()
+		delete(n.active, pod.UID)
+		n.mu.Unlock()
+		return nil, err
+	}
+	return n.mgr.GetDeviceRunContainerOptions(context.Background(), pod, c)
+}
+
+// finish ends a pod: it leaves the kubelet's active pods and the node's pod list.
+func (n *node) finish(pod *corev1.Pod) {
+	n.mu.Lock()
+	delete(n.active, pod.UID)
+	n.mu.Unlock()
+	if err := n.pods.Delete(pod); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// handed reads the GPU indexes the container was given, checking that the CDI devices, the
+// device nodes and NVIDIA_VISIBLE_DEVICES all name the same GPUs.
+func (n *node) handed(opts *devicemanager.DeviceRunContainerOptions) ([]int, error) {
+	var cdi []int
+	for _, d := range opts.CDIDevices {
+		var i int
+		if _, err := fmt.Sscanf(d.Name, deviceplugin.DefaultCDIKind+"=%d", &i); err != nil {
+			return nil, fmt.Errorf("CDI device %q is not one of ours", d.Name)
+		}
+		cdi = append(cdi, i)
+	}
+	var nodes []int
+	for _, d := range opts.Devices {
+		var i int
+		if _, err := fmt.Sscanf(d.PathOnHost, "/dev/nvidia%d", &i); err == nil {
+			nodes = append(nodes, i)
+		}
+	}
+	var uuids []string
+	for _, e := range opts.Envs {
+		if e.Name == "NVIDIA_VISIBLE_DEVICES" {
+			uuids = strings.Split(e.Value, ",")
+		}
+	}
+	var fromUUID []int
+	for _, u := range uuids {
+		i := slices.IndexFunc(n.gpus, func(g deviceplugin.GPU) bool { return g.UUID == u })
+		if i < 0 {
+			return nil, fmt.Errorf("NVIDIA_VISIBLE_DEVICES names %q, not a GPU of this node", u)
+		}
+		fromUUID = append(fromUUID, n.gpus[i].Index)
+	}
+	slices.Sort(cdi)
+	slices.Sort(nodes)
+	slices.Sort(fromUUID)
+	if !slices.Equal(cdi, nodes) || !slices.Equal(cdi, fromUUID) {
+		return nil, fmt.Errorf("CDI devices %v, device nodes %v and NVIDIA_VISIBLE_DEVICES %v disagree", cdi, nodes, fromUUID)
+	}
+	return cdi, nil
+}
+
+// kubeletIDs is what the kubelet itself recorded for the pod (the pod-resources API's view).
+func (n *node) kubeletIDs(pod *corev1.Pod) []int {
+	var out []int
+	for id := range n.mgr.GetDevices(string(pod.UID), pod.Spec.Containers[0].Name)[resName] {
+		var i int
+		if _, err := fmt.Sscanf(id, "%d", &i); err != nil {
+			n.t.Fatalf("kubelet recorded device %q for pod %s, not a GPU index", id, pod.Name)
+		}
+		out = append(out, i)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (n *node) mustGet(pod *corev1.Pod, want []int) {
+	n.t.Helper()
+	opts, err := n.admit(pod)
+	if err != nil {
+		n.t.Fatalf("admitting %s (scheduler chose %v): %v", pod.Name, want, err)
+	}
+	got, err := n.handed(opts)
+	if err != nil {
+		n.t.Fatalf("pod %s: %v", pod.Name, err)
+	}
+	if !slices.Equal(got, want) || !slices.Equal(n.kubeletIDs(pod), want) {
+		n.t.Fatalf("pod %s: container got GPUs %v, kubelet recorded %v; the scheduler chose %v", pod.Name, got, n.kubeletIDs(pod), want)
+	}
+}
+
+// TestTwoPodsAtOnceNeverSwap binds two pods with the same GPU count to the node before the
+// kubelet admits either (it admits them in the order they were bound, as its watch delivers
+// them), 1,000 times with random scheduler choices: every container must get exactly its
+// own pod's GPUs.
+func TestTwoPodsAtOnceNeverSwap(t *testing.T) {
+	n := newNode(t)
+	rng := rand.New(rand.NewPCG(17, 1))
+	t0 := time.Now()
+	swaps := 0
+	for i := range 1000 {
+		count := 1 + rng.IntN(4)
+		perm := rng.Perm(len(n.gpus))
+		a, b := slices.Sorted(slices.Values(perm[:count])), slices.Sorted(slices.Values(perm[count:2*count]))
+		at := t0.Add(time.Duration(i) * time.Minute)
+		pa := n.bind(count, a, at)
+		pb := n.bind(count, b, at.Add(time.Second))
+		for _, c := range []struct {
+			pod  *corev1.Pod
+			want []int
+		}{{pa, a}, {pb, b}} {
+			opts, err := n.admit(c.pod)
+			if err != nil {
+				t.Fatalf("round %d: admitting %s: %v", i, c.pod.Name, err)
+			}
+			got, err := n.handed(opts)
+			if err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			if !slices.Equal(got, c.want) || !slices.Equal(n.kubeletIDs(c.pod), c.want) {
+				swaps++
+			}
+		}
+		n.finish(pa)
+		n.finish(pb)
+	}
+	if swaps != 0 {
+		t.Fatalf("%d of 2000 containers got GPUs other than the scheduler's", swaps)
+	}
+}
+
+// TestAgentRestartMidAllocation restarts the plugin between two pods' admissions: the new
+// plugin has no memory of what it handed out, yet the second pod gets its own GPUs.
+func TestAgentRestartMidAllocation(t *testing.T) {
+	n := newNode(t)
+	now := time.Now()
+	pa := n.bind(2, []int{0, 1}, now)
+	pb := n.bind(2, []int{4, 5}, now.Add(time.Second))
+	n.mustGet(pa, []int{0, 1})
+	n.stopPlugin()
+	// The kubelet notices the plugin is gone (its GPUs turn unhealthy) before the new one
+	// registers; a pod admitted in that gap is refused by the kubelet itself.
+	n.waitAllocatable(0)
+	n.startPlugin()
+	n.waitAllocatable(len(n.gpus))
+	n.mustGet(pb, []int{4, 5})
+}
+
+// TestKubeletRestartMidAllocation restarts the device manager (a kubelet restart): it wipes the
+// plugin's socket, the plugin registers again, the first pod keeps its GPUs from the kubelet's
+// checkpoint and the second gets its own.
+func TestKubeletRestartMidAllocation(t *testing.T) {
+	n := newNode(t)
+	now := time.Now()
+	pa := n.bind(2, []int{2, 3}, now)
+	pb := n.bind(2, []int{6, 7}, now.Add(time.Second))
+	n.mustGet(pa, []int{2, 3})
+	if err := n.mgr.Stop(klog.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n.startKubelet()
+	n.waitAllocatable(len(n.gpus))
+	if got := n.kubeletIDs(pa); !slices.Equal(got, []int{2, 3}) {
+		t.Fatalf("after the kubelet restart pod %s holds %v, want [2 3] from the checkpoint", pa.Name, got)
+	}
+	n.mustGet(pb, []int{6, 7})
+}
+
+// TestPodWithoutAllocationRefused admits a pod asking for GPUs that carries no allocation of
+// ours (its claim vanished, or another scheduler placed it): the kubelet gets a clear error.
+func TestPodWithoutAllocationRefused(t *testing.T) {
+	n := newNode(t)
+	pod := n.bind(1, nil, time.Now())
+	_, err := n.admit(pod)
+	if err == nil {
+		t.Fatalf("pod %s without an allocation was admitted", pod.Name)
+	}
+	if !strings.Contains(err.Error(), "no pod bound to this node has "+apiv1.AnnotationAllocated) {
+		t.Fatalf("error does not say why: %v", err)
+	}
+	// The same pod once the scheduler's allocation is there again is served.
+	pod2 := n.bind(1, []int{3}, time.Now())
+	n.mustGet(pod2, []int{3})
+}
+
+// TestUnhealthyGPU marks a GPU unhealthy: ListAndWatch streams it, the kubelet's allocatable
+// drops and it lists the GPU among the unhealthy ones; recovery brings it back.
+func TestUnhealthyGPU(t *testing.T) {
+	n := newNode(t)
+	sick := slices.Clone(n.gpus)
+	sick[5].Healthy = false
+	n.plugin.SetGPUs(sick)
+	n.waitAllocatable(len(n.gpus) - 1)
+	healthy := n.mgr.GetAllocatableDevices()[resName]
+	if _, ok := healthy["5"]; ok {
+		t.Fatalf("kubelet still lists GPU 5 as allocatable: %v", healthy)
+	}
+	n.plugin.SetGPUs(n.gpus)
+	n.waitAllocatable(len(n.gpus))
+}

@@ -1,0 +1,253 @@
+// Package deviceplugin is the agent's kubelet-facing side: it serves the kubelet device-plugin
+// API (v1beta1) for our GPU resource, so that the kubelet counts our GPUs (node allocatable,
+// ResourceQuota, the autoscaler) and hands a container exactly the GPUs our scheduler chose.
+//
+// The kubelet's requests carry no pod identity. The plugin finds the pod the way other exact-GPU
+// schedulers do: among the pods bound to this node that carry our allocation annotation and have
+// not been handed their GPUs yet, GetPreferredAllocation proposes the IDs of the one bound first
+// whose GPU count matches and whose GPUs are all free. Allocate then accepts only an ID set that
+// is exactly one such pod's allocation: the scheduler's Leases guarantee no two live pods hold a
+// GPU, so an ID set names at most one pod and two pods starting at once can never swap GPUs.
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// DefaultResourceName is the extended resource the plugin serves unless told otherwise. It is the
+// name every GPU quota, dashboard and autoscaler already knows; a node is either ours or the
+// NVIDIA device plugin's (LabelManaged), never both.
+const DefaultResourceName = "nvidia.com/gpu"
+
+// GPU is one of the node's GPUs as the plugin advertises it.
+type GPU struct {
+	// Index is the GPU's index, the ID the scheduler allocates and the kubelet's device ID.
+	Index int
+	// UUID is the GPU's NVML UUID (GPU-...), handed to the container in NVIDIA_VISIBLE_DEVICES.
+	UUID string
+	// Healthy is false when the agent's health tracker says the GPU is not Healthy.
+	Healthy bool
+	// NUMANode is the GPU's NUMA node, or -1 when unknown.
+	NUMANode int
+}
+
+// Config configures a Plugin.
+type Config struct {
+	// NodeName is this node; only pods bound to it are considered.
+	NodeName string
+	// ResourceName is the extended resource served. Default DefaultResourceName.
+	ResourceName string
+	// PluginDir is the kubelet's device-plugin directory, holding kubelet.sock. Default
+	// /var/lib/kubelet/device-plugins.
+	PluginDir string
+	// SocketName is the plugin's socket in PluginDir. Default gpu-scheduler.sock.
+	SocketName string
+	// Pods lists pods; those bound to NodeName are considered (a node-scoped informer suffices).
+	Pods corelisters.PodLister
+	// CDIVendorClass is the CDI kind of the devices handed over. Default DefaultCDIKind.
+	CDIKind string
+	// DevRoot is where the device nodes live on the host. Default /dev.
+	DevRoot string
+	// RecheckInterval is how often the plugin checks that its socket still exists: the kubelet
+	// removes every socket when it restarts, and the plugin then serves and registers again.
+	// Default 5s.
+	RecheckInterval time.Duration
+}
+
+// Plugin serves the device-plugin API for one node.
+type Plugin struct {
+	cfg Config
+
+	mu      sync.Mutex
+	gpus    []GPU
+	changed chan struct{} // closed and replaced on every change of gpus
+	// taken records, by pod UID, the pods whose allocation the kubelet has been handed.
+	taken map[string]bool
+
+	// allocMu serialises GetPreferredAllocation and Allocate: one pod is matched at a time.
+	allocMu sync.Mutex
+
+	server *grpc.Server
+}
+
+// New makes a plugin. Call SetGPUs, then Run.
+func New(cfg Config) (*Plugin, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("device plugin: NodeName is empty")
+	}
+	if cfg.Pods == nil {
+		return nil, fmt.Errorf("device plugin for node %q: Pods lister is required", cfg.NodeName)
+	}
+	if cfg.ResourceName == "" {
+		cfg.ResourceName = DefaultResourceName
+	}
+	if cfg.PluginDir == "" {
+		cfg.PluginDir = pluginapi.DevicePluginPath
+	}
+	if cfg.SocketName == "" {
+		cfg.SocketName = "gpu-scheduler.sock"
+	}
+	if cfg.CDIKind == "" {
+		cfg.CDIKind = DefaultCDIKind
+	}
+	if cfg.DevRoot == "" {
+		cfg.DevRoot = "/dev"
+	}
+	if cfg.RecheckInterval <= 0 {
+		cfg.RecheckInterval = 5 * time.Second
+	}
+	return &Plugin{cfg: cfg, changed: make(chan struct{}), taken: map[string]bool{}}, nil
+}
+
+// SetGPUs replaces the advertised GPUs (inventory and health); ListAndWatch streams the change.
+func (p *Plugin) SetGPUs(gpus []GPU) {
+	gpus = slices.Clone(gpus)
+	slices.SortFunc(gpus, func(a, b GPU) int { return a.Index - b.Index })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if slices.Equal(gpus, p.gpus) {
+		return
+	}
+	p.gpus = gpus
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *Plugin) snapshot() ([]GPU, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gpus, p.changed
+}
+
+func (p *Plugin) socketPath() string { return filepath.Join(p.cfg.PluginDir, p.cfg.SocketName) }
+
+// Run serves and registers with the kubelet until ctx is done, serving and registering again
+// whenever the kubelet restarts (it removes the plugin's socket when it does).
+func (p *Plugin) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", p.cfg.NodeName, "resource", p.cfg.ResourceName)
+	ctx = klog.NewContext(ctx, logger)
+	defer p.stop()
+	registered := false
+	for {
+		if _, err := os.Stat(p.socketPath()); err != nil || !registered {
+			p.stop()
+			if err := p.serveAndRegister(ctx); err != nil {
+				// The kubelet may not be up yet: try again at the next check.
+				logger.Error(err, "Serving the device plugin failed; retrying")
+				registered = false
+			} else {
+				logger.Info("Registered the device plugin with the kubelet", "socket", p.socketPath())
+				registered = true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(p.cfg.RecheckInterval):
+		}
+	}
+}
+
+func (p *Plugin) stop() {
+	p.mu.Lock()
+	s := p.server
+	p.server = nil
+	p.mu.Unlock()
+	if s != nil {
+		s.Stop()
+	}
+}
+
+func (p *Plugin) serveAndRegister(ctx context.Context) error {
+	path := p.socketPath()
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("removing stale socket %s: %w", path, err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", path, err)
+	}
+	s := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(s, &server{p: p})
+	go func() { _ = s.Serve(lis) }()
+	p.mu.Lock()
+	p.server = s
+	p.mu.Unlock()
+
+	kubelet := filepath.Join(p.cfg.PluginDir, filepath.Base(pluginapi.KubeletSocket))
+	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("connecting to the kubelet at %s: %w", kubelet, err)
+	}
+	defer conn.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     p.cfg.SocketName,
+		ResourceName: p.cfg.ResourceName,
+		Options:      options(),
+	})
+	if err != nil {
+		return fmt.Errorf("registering resource %s with the kubelet at %s: %w", p.cfg.ResourceName, kubelet, err)
+	}
+	return nil
+}
+
+func options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}
+}
+
+// server is the gRPC face of a Plugin.
+type server struct {
+	pluginapi.UnimplementedDevicePluginServer
+	p *Plugin
+}
+
+func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return options(), nil
+}
+
+// ListAndWatch sends the GPUs and their health, then again on every change.
+func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		gpus, changed := s.p.snapshot()
+		resp := &pluginapi.ListAndWatchResponse{}
+		for _, g := range gpus {
+			d := &pluginapi.Device{ID: deviceID(g.Index), Health: pluginapi.Healthy}
+			if !g.Healthy {
+				d.Health = pluginapi.Unhealthy
+			}
+			if g.NUMANode >= 0 {
+				d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(g.NUMANode)}}}
+			}
+			resp.Devices = append(resp.Devices, d)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
