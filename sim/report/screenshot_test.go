@@ -25,7 +25,7 @@ func fillRun(mode string, slope, plateau float64) *runner.RunResult {
 		x.Fill.Curve = append(x.Fill.Curve, metrics.FillPoint{Arrived: i, Requested: req, Allocation: min(slope*req, plateau)})
 		x.Metrics.Samples = append(x.Metrics.Samples, metrics.Sample{At: time.Duration(i) * 600 * time.Millisecond, Utilization: min(slope*req, plateau)})
 	}
-	x.Fill.Allocation = plateau
+	x.Fill.Allocation, x.Fill.AllocatedGPU = plateau, int(plateau*96)
 	x.Fill.AllocationAtFirstUnplaced = min(0.8, plateau)
 	x.Phases = []runner.Phase{{Name: "starting the control plane", Duration: 4 * time.Second}, {Name: "workload", Duration: time.Minute}}
 	x.Unschedulable = map[string]int{"0/12 nodes are available: 12 Insufficient GPUs.": 60}

@@ -1,0 +1,44 @@
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-scheduler/gpu-scheduler/sim/runner"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
+)
+
+// TestTableFill: a fill run's table has the fill rows and the phases, and the pods never bound
+// take one line per run however many distinct scheduler messages they got.
+func TestTableFill(t *testing.T) {
+	s := &scenario.Scenario{Metadata: scenario.Metadata{Name: "fill"}, Spec: scenario.Spec{
+		NodePools: []scenario.NodePool{{Name: "a", Count: 12, Topology: "dgx-a100", GPUsPerNode: 8}},
+		Workload:  scenario.Workload{Trace: []scenario.TraceEntry{{Name: "p", Claim: &scenario.ClaimSpec{Count: 1}}}},
+	}}
+	ours, stock := fillRun(runner.ModeGPU, 1, 0.95), fillRun(runner.ModeStock, 0.8, 0.7)
+	ours.Unschedulable = map[string]int{}
+	for _, name := range []string{"p1", "p2", "p3"} {
+		ours.Unschedulable["no node has 8 free GPUs for GpuClaim sim/"+name] = 1
+	}
+	ours.Unschedulable["no node has 4 free GPUs for GpuClaim sim/p9"] = 2
+	var b bytes.Buffer
+	Build(s, "fill.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute).Table(&b)
+	out := b.String()
+	for _, want := range []string{
+		"fill: GPU allocation rate at the end",
+		"95.0% (91 of 96 GPUs)",
+		"arrival #40 (8 GPUs) at 80.0% allocated",
+		"unscheduled (gpu-scheduler): 5 pods (4 distinct messages in report.json); most common (2 pods): no node has 4 free GPUs for GpuClaim sim/p9",
+		"unscheduled (kube-scheduler): 60 pods: 0/12 nodes are available: 12 Insufficient GPUs.",
+		"phases (gpu-scheduler): starting the control plane 4s, workload 1m0s",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "unscheduled ("); n != 2 {
+		t.Errorf("%d unscheduled lines, want one per run:\n%s", n, out)
+	}
+}
