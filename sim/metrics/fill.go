@@ -42,6 +42,12 @@ type Fill struct {
 	FreeGPUs       int     `json:"freeGPUs"`
 	StrandedGPUs   int     `json:"strandedGPUs"`
 	Fragmentation  float64 `json:"fragmentation"`
+	// The same when the first pod could not be placed, counting the pods placed among the
+	// arrivals before it: a cluster that small pods fill up in the end may still have turned
+	// the first big pod away with many free GPUs.
+	FreeAtFirstUnplaced          int     `json:"freeAtFirstUnplaced,omitempty"`
+	StrandedAtFirstUnplaced      int     `json:"strandedAtFirstUnplaced,omitempty"`
+	FragmentationAtFirstUnplaced float64 `json:"fragmentationAtFirstUnplaced,omitempty"`
 }
 
 // ComputeFill derives the fill figures from a run whose pods are in arrival order.
@@ -87,17 +93,32 @@ func ComputeFill(in Input) Fill {
 	f.AllocatedGPU = allocated
 	f.Allocation = float64(allocated) / total
 	f.TypicalRequest = weightedMedian(sizes)
-	for name, c := range capacity {
-		free := max(c-held[name], 0)
-		f.FreeGPUs += free
-		if free < f.TypicalRequest {
-			f.StrandedGPUs += free
+	f.FreeGPUs, f.StrandedGPUs, f.Fragmentation = stranded(capacity, held, f.TypicalRequest)
+	if f.FirstUnplaced > 0 {
+		before := map[string]int{}
+		for _, p := range in.Pods[:f.FirstUnplaced-1] {
+			if p.BoundOK && !p.EndedOK {
+				before[p.Node] += p.GPUs
+			}
 		}
-	}
-	if f.FreeGPUs > 0 {
-		f.Fragmentation = float64(f.StrandedGPUs) / float64(f.FreeGPUs)
+		f.FreeAtFirstUnplaced, f.StrandedAtFirstUnplaced, f.FragmentationAtFirstUnplaced = stranded(capacity, before, f.TypicalRequest)
 	}
 	return f
+}
+
+// stranded counts the free GPUs and those on nodes with fewer free than typical.
+func stranded(capacity, held map[string]int, typical int) (free, stranded int, share float64) {
+	for name, c := range capacity {
+		n := max(c-held[name], 0)
+		free += n
+		if n < typical {
+			stranded += n
+		}
+	}
+	if free > 0 {
+		share = float64(stranded) / float64(free)
+	}
+	return free, stranded, share
 }
 
 // weightedMedian is the smallest request size s such that pods of size <= s ask for at least

@@ -38,6 +38,9 @@ func TestComputeFill(t *testing.T) {
 		// Sizes 1,2,4,4,8,8 (27 GPUs): 1+2+4+4 = 11 < 13.5, so the median request is 8; every
 		// free GPU (2 on n0, 3 on n1) is stranded.
 		TypicalRequest: 8, FreeGPUs: 5, StrandedGPUs: 5, Fragmentation: 1,
+		// When p2 (8 GPUs) came, p0 and p1 held 4 on each node: 8 free GPUs, none of them on a
+		// node with 8 free.
+		FreeAtFirstUnplaced: 8, StrandedAtFirstUnplaced: 8, FragmentationAtFirstUnplaced: 1,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("ComputeFill (-want +got):\n%s", diff)

@@ -99,8 +99,12 @@ func allocationSVG(runs []*runner.RunResult) template.HTML {
 		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.0f" y="%.1f" text-anchor="end">%.0f%%</text>`,
 			left, w-10, py(v), py(v), left-4, py(v)+4, v*100)
 	}
-	for v := 0.0; v <= xmax+1e-9; v += xmax / 5 {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%.0f%%</text>`, px(v), h-10, v*100)
+	for i := 0; i <= 5; i++ {
+		v, anchor := xmax*float64(i)/5, "middle"
+		if i == 5 {
+			anchor = "end" // inside the picture
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="%s">%.0f%%</text>`, px(v), h-10, anchor, v*100)
 	}
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end" fill="#555">GPUs asked by the arrivals / GPUs in the cluster</text>`, w-10, h-bottom-4)
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#aaa" stroke-dasharray="3 3"/>`, px(0), py(0), px(1), py(1))

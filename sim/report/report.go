@@ -209,11 +209,20 @@ func (r *Report) rows() [][]string {
 				}
 				return fmt.Sprintf("%d of %d / %d of %d", x.Fill.Placed4, x.Fill.Arrived4, x.Fill.Placed8, x.Fill.Arrived8)
 			}},
-			{"fill: free GPUs stranded (< typical request)", func(x *runner.RunResult) string {
+			{"fill: free GPUs stranded (< typical request) at the first pod not placed", func(x *runner.RunResult) string {
+				if x.Fill == nil || x.Fill.FirstUnplaced == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%s (%d of %d free; typical request %d GPUs)", pct(x.Fill.FragmentationAtFirstUnplaced), x.Fill.StrandedAtFirstUnplaced, x.Fill.FreeAtFirstUnplaced, x.Fill.TypicalRequest)
+			}},
+			{"fill: free GPUs stranded at the end", func(x *runner.RunResult) string {
 				if x.Fill == nil {
 					return "-"
 				}
-				return fmt.Sprintf("%s (%d of %d free; typical request %d GPUs)", pct(x.Fill.Fragmentation), x.Fill.StrandedGPUs, x.Fill.FreeGPUs, x.Fill.TypicalRequest)
+				if x.Fill.FreeGPUs == 0 {
+					return "no GPU free"
+				}
+				return fmt.Sprintf("%s (%d of %d free)", pct(x.Fill.Fragmentation), x.Fill.StrandedGPUs, x.Fill.FreeGPUs)
 			}},
 		}...)
 	}
