@@ -65,6 +65,9 @@ Feature: A GpuWorkload runs replicas with GPUs of their own, retries failures an
     Then GpuWorkload "train" is Failed with message "pod train-1-0 failed: Xid 79: GPU has fallen off the bus; no retries left (2 of 2 used)"
     And GpuWorkload "train" has a Warning event "Failed" saying "Running → Failed"
     And no GPU lease is held
+    And gpu-controller's metrics count gpu_scheduler_workloads_failed_total{reason="PodFailed"} above 0
+    And gpu-controller's metrics count gpu_scheduler_workload_retries_total above 0
+    And gpu-controller's metrics count gpu_scheduler_workloads_scheduled_total{strategy="default"} above 0
 
   Scenario: The scheduler follows each workload's node strategy
     Given a cluster of 3 "dgx-a100" nodes

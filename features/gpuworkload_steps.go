@@ -3,8 +3,11 @@ package features
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +39,7 @@ func registerGpuWorkloadSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^the API server refuses these GpuWorkloads:$`, refusesWorkloads)
 	sc.Step(`^the replicas of GpuWorkload "([^"]*)" run on (\d+) different nodes$`, replicasOnNodes)
 	sc.Step(`^the replicas of GpuWorkload "([^"]*)" all run on node (\d+)$`, replicasOnNode)
+	sc.Step(`^gpu-controller's metrics count (\S+) above 0$`, controllerMetricAboveZero)
 }
 
 // workloadObject reads a GpuWorkload spec written as YAML in a feature file and fits it to the
@@ -426,4 +430,39 @@ func replicasOnNode(ctx context.Context, name string, i int) error {
 		}
 	}
 	return nil
+}
+
+// controllerMetricAboveZero reads the gpu-controller's /metrics and wants a sample of the
+// series (a name with its labels, as Prometheus prints it) above 0. The process serves every
+// scenario, so only "above 0" is meaningful, not an exact count.
+func controllerMetricAboveZero(ctx context.Context, series string) error {
+	st := state(ctx)
+	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", st.suite.controller.MetricsPort)
+	return eventually(ctx, waitBound, "gpu-controller metric "+series+" above 0", func(ctx context.Context) (bool, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var seen []string
+		for _, line := range strings.Split(string(body), "\n") {
+			name, value, ok := strings.Cut(line, " ")
+			if !ok || strings.HasPrefix(line, "#") || !strings.HasPrefix(name, strings.SplitN(series, "{", 2)[0]) {
+				continue
+			}
+			seen = append(seen, line)
+			if v, err := strconv.ParseFloat(value, 64); err == nil && name == series && v > 0 {
+				return true, "", nil
+			}
+		}
+		return false, strings.Join(seen, "\n"), nil
+	})
 }

@@ -244,3 +244,37 @@ func permit(e *testEnv, cs fwk.CycleState, pod *v1.Pod, node string) *fwk.Status
 	}
 	return st
 }
+
+// A member placed in Permit sends back the mates PreFilter turned away: they need room for one
+// pod fewer now, and no node change may come to wake them.
+func TestGangPermitWakesTurnedAwayMates(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil), node("b", nil)},
+		gangClaim("w0", "trio", 4, ptr.To[int32](3)),
+		gangClaim("w1", "trio", 4, ptr.To[int32](3)),
+		gangClaim("w2", "trio", 4, ptr.To[int32](3)),
+	)
+	p0, p1, p2 := gpuPod("p0", "w0"), gpuPod("p1", "w1"), gpuPod("p2", "w2")
+	for _, p := range []*v1.Pod{p0, p1, p2} {
+		e.createPod(t, p)
+	}
+	// Node b's GPUs are out: the three 4-GPU members cannot all be placed, so p1 is turned away.
+	e.setHealth(t, "b", apiv1.Unhealthy)
+	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), p1, nil)
+	wantStatus(t, "p1 with one node", st, fwk.Unschedulable, "the free GPUs cannot take all 3 pods still to place at once")
+	e.setHealth(t, "b", apiv1.Healthy)
+	// p0 and p2 are placed (both on one node, say); p1, turned away before, must be woken.
+	for _, p := range []*v1.Pod{p0, p2} {
+		node, st, cs := e.reserve(t, p)
+		if !st.IsSuccess() {
+			t.Fatalf("reserving %s: %v", p.Name, st)
+		}
+		e.activated.reset()
+		wantStatus(t, "permit "+p.Name, permit(e, cs, p, node), fwk.Wait, "waiting for the rest of gang ns/trio")
+		if !e.activated.has("ns/p1") {
+			t.Fatalf("permit of %s did not wake p1", p.Name)
+		}
+		if e.activated.has("ns/" + p.Name) {
+			t.Fatalf("permit of %s woke the pod itself", p.Name)
+		}
+	}
+}

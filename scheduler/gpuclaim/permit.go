@@ -39,5 +39,12 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	}
 	msg := fmt.Sprintf("GPUs %s on node %s reserved; waiting for the rest of gang %s (%d of %d pods placed)", apiv1.FormatIDs(s.ids), nodeName, g.key, placed, g.size)
 	p.status.pending(s.claim, pod, msg)
+	// One member fewer to place changes what the gang needs: mates that PreFilter turned away
+	// for want of room for all of them may fit now. Nothing else would wake them before this
+	// member's wait runs out (a freed or new node wakes only pods that fit it, and this
+	// member may just have filled it).
+	if mates := p.waiting.selectPods(func(w waitingPod) bool { return w.gang == g.key && w.pod.UID != pod.UID }); len(mates) > 0 && p.handle != nil {
+		p.handle.Activate(klog.FromContext(ctx), mates)
+	}
 	return fwk.NewStatus(fwk.Wait, msg), time.Duration(*p.args.GangWaitSeconds) * time.Second
 }

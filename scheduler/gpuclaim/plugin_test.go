@@ -109,6 +109,12 @@ func (a *recordingActivator) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
 	}
 }
 
+func (a *recordingActivator) reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pods = nil
+}
+
 func (a *recordingActivator) has(key string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
