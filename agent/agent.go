@@ -62,6 +62,9 @@ type Config struct {
 	InitBackoff, MaxInitBackoff time.Duration
 	// WriteLimiter, when set, caps the status writes of every agent sharing it.
 	WriteLimiter flowcontrol.RateLimiter
+	// OnDevices, when set, is given the node's GPUs and their health on every loop (the
+	// kubelet device plugin advertises them); it must not block.
+	OnDevices func([]apiv1.Device)
 }
 
 func (c *Config) validate() error {
@@ -426,6 +429,9 @@ func (a *Agent) sync(ctx context.Context) {
 		node = nil
 	}
 	want := a.desired()
+	if a.cfg.OnDevices != nil {
+		a.cfg.OnDevices(want.Devices)
+	}
 	for _, d := range want.Devices {
 		// Only on change: a label lookup per GPU per loop added up across a 5,000-node fleet.
 		if a.reported[d.ID] != d.Health {

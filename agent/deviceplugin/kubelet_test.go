@@ -144,7 +144,9 @@ func (n *node) startPlugin() {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	p.SetGPUs(n.gpus)
+	if err := p.SetGPUs(n.gpus); err != nil {
+		n.t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.plugin, n.stopPlg, n.plgDone = p, cancel, make(chan struct{})
 	go func(done chan struct{}) {
@@ -400,12 +402,16 @@ func TestUnhealthyGPU(t *testing.T) {
 	n := newNode(t)
 	sick := slices.Clone(n.gpus)
 	sick[5].Healthy = false
-	n.plugin.SetGPUs(sick)
+	if err := n.plugin.SetGPUs(sick); err != nil {
+		t.Fatal(err)
+	}
 	n.waitAllocatable(len(n.gpus) - 1)
 	healthy := n.mgr.GetAllocatableDevices()[resName]
 	if _, ok := healthy["5"]; ok {
 		t.Fatalf("kubelet still lists GPU 5 as allocatable: %v", healthy)
 	}
-	n.plugin.SetGPUs(n.gpus)
+	if err := n.plugin.SetGPUs(n.gpus); err != nil {
+		t.Fatal(err)
+	}
 	n.waitAllocatable(len(n.gpus))
 }

@@ -26,6 +26,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 // DefaultResourceName is the extended resource the plugin serves unless told otherwise. It is the
@@ -62,6 +64,9 @@ type Config struct {
 	CDIKind string
 	// DevRoot is where the device nodes live on the host. Default /dev.
 	DevRoot string
+	// CDIDir, when set, is where the plugin keeps the CDI spec of the node's GPUs (normally
+	// /var/run/cdi); it is rewritten when the GPUs (not their health) change.
+	CDIDir string
 	// RecheckInterval is how often the plugin checks that its socket still exists: the kubelet
 	// removes every socket when it restarts, and the plugin then serves and registers again.
 	// Default 5s.
@@ -113,18 +118,29 @@ func New(cfg Config) (*Plugin, error) {
 	return &Plugin{cfg: cfg, changed: make(chan struct{}), taken: map[string]bool{}}, nil
 }
 
+// LabelManaged on a node says its GPUs are ours: the chart runs the agent's device plugin there,
+// and the NVIDIA device plugin must not run there (see docs/node.md).
+const LabelManaged = apiv1.LabelPrefix + "managed"
+
 // SetGPUs replaces the advertised GPUs (inventory and health); ListAndWatch streams the change.
-func (p *Plugin) SetGPUs(gpus []GPU) {
+// With CDIDir set, a change of the inventory also rewrites the CDI spec.
+func (p *Plugin) SetGPUs(gpus []GPU) error {
 	gpus = slices.Clone(gpus)
 	slices.SortFunc(gpus, func(a, b GPU) int { return a.Index - b.Index })
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if slices.Equal(gpus, p.gpus) {
-		return
+		return nil
 	}
+	inventory := func(g GPU) [2]string { return [2]string{deviceID(g.Index), g.UUID} }
+	sameInventory := slices.EqualFunc(gpus, p.gpus, func(a, b GPU) bool { return inventory(a) == inventory(b) })
 	p.gpus = gpus
 	close(p.changed)
 	p.changed = make(chan struct{})
+	if p.cfg.CDIDir != "" && !sameInventory {
+		return p.WriteCDISpec(p.cfg.CDIDir, gpus)
+	}
+	return nil
 }
 
 func (p *Plugin) snapshot() ([]GPU, <-chan struct{}) {
@@ -250,4 +266,14 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 
 func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// FromStatus turns the agent's view of the GPUs into what the plugin advertises: a GPU is
+// Healthy for the kubelet only when the agent says Healthy (Unknown is not safe to hand out).
+func FromStatus(devs []apiv1.Device) []GPU {
+	out := make([]GPU, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, GPU{Index: int(d.ID), UUID: d.UUID, Healthy: d.Health == apiv1.Healthy, NUMANode: -1})
+	}
+	return out
 }

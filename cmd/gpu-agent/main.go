@@ -47,6 +47,7 @@ type options struct {
 	burst                                         int
 	fleetWriteQPS                                 float64
 	fleetWriteBurst                               int
+	devicePlugin                                  devicePluginOptions
 }
 
 func main() {
@@ -67,6 +68,10 @@ func main() {
 	fs.IntVar(&o.burst, "kube-api-burst", 40, "Client burst to the API server.")
 	fs.Float64Var(&o.fleetWriteQPS, "fleet-write-qps", 100, "With --fleet: status writes per second for the whole fleet.")
 	fs.IntVar(&o.fleetWriteBurst, "fleet-write-burst", 200, "With --fleet: status write burst for the whole fleet.")
+	fs.BoolVar(&o.devicePlugin.enabled, "device-plugin", true, "Serve the kubelet device-plugin API on nodes labelled gpu.scheduling/managed=true. Ignored with --fleet.")
+	fs.StringVar(&o.devicePlugin.resourceName, "resource-name", "nvidia.com/gpu", "Extended resource the device plugin serves; the webhook and the chart must use the same.")
+	fs.StringVar(&o.devicePlugin.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "The kubelet's device-plugin directory (holds kubelet.sock).")
+	fs.StringVar(&o.devicePlugin.cdiDir, "cdi-dir", "/var/run/cdi", "Where the CDI spec of the node's GPUs is written; empty: none.")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -156,6 +161,13 @@ func runNode(ctx context.Context, o options, cfg agent.Config) error {
 	cfg.NodeName = o.nodeName
 	cfg.GPUs = nvmlgpu.New(nvml.New(), nvmlgpu.Options{})
 	cfg.Nodes, cfg.Leases = nodes.Lister(), leaseInformer.GetIndexer()
+	node, err := cfg.KubeClient.CoreV1().Nodes().Get(ctx, o.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %q: %w", o.nodeName, err)
+	}
+	if cfg.OnDevices, err = startDevicePlugin(ctx, o, cfg.KubeClient, node); err != nil {
+		return err
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
