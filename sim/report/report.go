@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -325,8 +326,14 @@ func (r *Report) Table(w io.Writer) {
 // unscheduledLine sums up the pods never bound in one line: how many, and the most common of
 // the scheduler's last messages (report.json has them all).
 func unscheduledLine(x *runner.RunResult) string {
-	total, top, topN := 0, "", 0
+	// gpu-scheduler names the pod's claim in its message; without the name, pods turned away
+	// for the same reason share one message.
+	same := map[string]int{}
 	for msg, n := range x.Unschedulable {
+		same[claimName.ReplaceAllString(msg, "GpuClaim $1/<claim>")] += n
+	}
+	total, top, topN := 0, "", 0
+	for msg, n := range same {
 		total += n
 		if n > topN || (n == topN && msg < top) {
 			top, topN = msg, n
@@ -338,8 +345,11 @@ func unscheduledLine(x *runner.RunResult) string {
 	if topN == total {
 		return fmt.Sprintf("%d pods: %s", total, top)
 	}
-	return fmt.Sprintf("%d pods (%d distinct messages in report.json); most common (%d pods): %s", total, len(x.Unschedulable), topN, top)
+	return fmt.Sprintf("%d pods (%d kinds of message, all in report.json); most common (%d pods): %s", total, len(same), topN, top)
 }
+
+// claimName matches "GpuClaim <namespace>/<name>" in a scheduler message.
+var claimName = regexp.MustCompile(`GpuClaim ([a-z0-9-]+)/[a-z0-9]([a-z0-9.-]*[a-z0-9])?`)
 
 // WriteJSON writes the report as JSON.
 func (r *Report) WriteJSON(path string) error {

@@ -30,7 +30,7 @@ func TestTableFill(t *testing.T) {
 		"fill: GPU allocation rate at the end",
 		"95.0% (91 of 96 GPUs)",
 		"arrival #40 (8 GPUs) at 80.0% allocated",
-		"unscheduled (gpu-scheduler): 5 pods (4 distinct messages in report.json); most common (2 pods): no node has 4 free GPUs for GpuClaim sim/p9",
+		"unscheduled (gpu-scheduler): 5 pods (2 kinds of message, all in report.json); most common (3 pods): no node has 8 free GPUs for GpuClaim sim/<claim>",
 		"unscheduled (kube-scheduler): 60 pods: 0/12 nodes are available: 12 Insufficient GPUs.",
 		"phases (gpu-scheduler): starting the control plane 4s, workload 1m0s",
 	} {
