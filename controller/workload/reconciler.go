@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -33,10 +33,10 @@ const (
 
 // Reconciler reconciles GpuWorkloads.
 type Reconciler struct {
-	client ctrl.Client
+	client crclient.Client
 	// reader reads the workload itself from the API server, not the cache: retries are
 	// decided from its status, and a stale status could retry a replica twice.
-	reader        ctrl.Reader
+	reader        crclient.Reader
 	recorder      events.EventRecorder
 	clock         clock.Clock
 	jitter        func() float64
@@ -60,7 +60,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	}()
 	gw := &apiv1.GpuWorkload{}
 	if err := r.reader.Get(ctx, req.NamespacedName, gw); err != nil {
-		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
+		return reconcile.Result{}, crclient.IgnoreNotFound(err)
 	}
 	logger := klog.FromContext(ctx).WithValues("gpuWorkload", klog.KObj(gw))
 	ctx = klog.NewContext(ctx, logger)
@@ -84,7 +84,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 // ownedPods lists the pods this workload controls.
 func (r *Reconciler) ownedPods(ctx context.Context, gw *apiv1.GpuWorkload) ([]*corev1.Pod, error) {
 	var list corev1.PodList
-	if err := r.client.List(ctx, &list, ctrl.InNamespace(gw.Namespace), ctrl.MatchingLabels{apiv1.LabelWorkload: gw.Name}); err != nil {
+	if err := r.client.List(ctx, &list, crclient.InNamespace(gw.Namespace), crclient.MatchingLabels{apiv1.LabelWorkload: gw.Name}); err != nil {
 		return nil, fmt.Errorf("listing the pods of GpuWorkload %s/%s: %w", gw.Namespace, gw.Name, err)
 	}
 	var pods []*corev1.Pod
@@ -107,7 +107,7 @@ func (r *Reconciler) finalize(ctx context.Context, gw *apiv1.GpuWorkload, pods [
 			return reconcile.Result{}, err
 		}
 	}
-	if err := r.client.DeleteAllOf(ctx, &apiv1.GpuClaim{}, ctrl.InNamespace(gw.Namespace), ctrl.MatchingLabels{apiv1.LabelWorkload: gw.Name}); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.client.DeleteAllOf(ctx, &apiv1.GpuClaim{}, crclient.InNamespace(gw.Namespace), crclient.MatchingLabels{apiv1.LabelWorkload: gw.Name}); err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, fmt.Errorf("deleting the GpuClaims of GpuWorkload %s/%s: %w", gw.Namespace, gw.Name, err)
 	}
 	if len(pods) > 0 {
@@ -127,7 +127,7 @@ func (r *Reconciler) deletePod(ctx context.Context, gw *apiv1.GpuWorkload, pod *
 	if pod.DeletionTimestamp != nil {
 		return nil
 	}
-	err := r.client.Delete(ctx, pod, ctrl.Preconditions{UID: &pod.UID})
+	err := r.client.Delete(ctx, pod, crclient.Preconditions{UID: &pod.UID})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
@@ -275,11 +275,14 @@ func (r *Reconciler) sync(ctx context.Context, gw *apiv1.GpuWorkload, pods []*co
 			continue
 		}
 		p, err := r.createReplica(ctx, gw, rep.index, rep.attempt)
-		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+		if apierrors.IsInvalid(err) {
 			// The template itself is wrong (the API server names the field): retrying cannot help.
 			return reconcile.Result{}, r.fail(ctx, gw, old, reps, ReasonInvalidPod, fmt.Sprintf("pod %s cannot be created: %v", podName(gw, rep.index, rep.attempt), err))
 		}
 		if err != nil {
+			// A quota, an admission webhook, the API server busy: said once per attempt in an
+			// event, and retried with the controller's rate limit.
+			r.recorder.Eventf(gw, nil, corev1.EventTypeWarning, "FailedCreate", "Create", "%v", err)
 			return reconcile.Result{}, err
 		}
 		rep.pod = p
@@ -296,7 +299,7 @@ func (r *Reconciler) createReplica(ctx context.Context, gw *apiv1.GpuWorkload, i
 	pod := newPod(gw, r.schedulerName, index, attempt)
 	err := r.client.Create(ctx, pod)
 	if apierrors.IsAlreadyExists(err) {
-		if err := r.client.Get(ctx, ctrl.ObjectKeyFromObject(pod), pod); err != nil {
+		if err := r.client.Get(ctx, crclient.ObjectKeyFromObject(pod), pod); err != nil {
 			return nil, fmt.Errorf("reading pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		if !metav1.IsControlledBy(pod, gw) {
@@ -329,13 +332,13 @@ func (r *Reconciler) ensureClaims(ctx context.Context, gw *apiv1.GpuWorkload, re
 			continue
 		}
 		var cur apiv1.GpuClaim
-		err := r.client.Get(ctx, ctrl.ObjectKey{Namespace: p.Namespace, Name: name}, &cur)
+		err := r.client.Get(ctx, crclient.ObjectKey{Namespace: p.Namespace, Name: name}, &cur)
 		if err == nil {
 			if metav1.IsControlledBy(&cur, p) {
 				continue
 			}
 			// The claim of an earlier pod of the same name, not yet collected: replace it.
-			if err := r.client.Delete(ctx, &cur, ctrl.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			if err := r.client.Delete(ctx, &cur, crclient.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return fmt.Errorf("deleting stale GpuClaim %s/%s: %w", cur.Namespace, cur.Name, err)
 			}
 			return fmt.Errorf("GpuClaim %s/%s belongs to an earlier pod; waiting for it to go", cur.Namespace, cur.Name)

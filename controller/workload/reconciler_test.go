@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -10,15 +11,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -34,6 +38,12 @@ type testEnv struct {
 
 func newEnv(t *testing.T, spec apiv1.GpuWorkloadSpec) *testEnv {
 	t.Helper()
+	return newEnvWith(t, spec, interceptor.Funcs{})
+}
+
+// newEnvWith is newEnv with calls to the fake API server intercepted (errors it would return).
+func newEnvWith(t *testing.T, spec apiv1.GpuWorkloadSpec, funcs interceptor.Funcs) *testEnv {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -45,7 +55,7 @@ func newEnv(t *testing.T, spec apiv1.GpuWorkloadSpec) *testEnv {
 		spec.Template.Spec.Containers = []corev1.Container{{Name: "main", Image: "img"}}
 	}
 	gw := &apiv1.GpuWorkload{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ns", UID: "gw-uid", Generation: 1}, Spec: spec}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(gw).WithStatusSubresource(&apiv1.GpuWorkload{}, &corev1.Pod{}).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(gw).WithStatusSubresource(&apiv1.GpuWorkload{}, &corev1.Pod{}).WithInterceptorFuncs(funcs).Build()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	rec := events.NewFakeRecorder(100)
 	r := newReconciler(c, c, rec, Options{Clock: clk, Jitter: func() float64 { return 0.5 }})
@@ -329,5 +339,45 @@ func TestScaleDownDeletesHighIndices(t *testing.T) {
 	e.reconcile(t)
 	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-0"}) {
 		t.Fatalf("pods %v", got)
+	}
+}
+
+// refusePods makes the fake API server refuse every pod create with err.
+func refusePods(err error) interceptor.Funcs {
+	return interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*corev1.Pod); ok {
+			return err
+		}
+		return c.Create(ctx, obj, opts...)
+	}}
+}
+
+func TestInvalidTemplateFailsAtOnce(t *testing.T) {
+	invalid := apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Pod").GroupKind(), "train-0-0",
+		field.ErrorList{field.Invalid(field.NewPath("spec", "containers").Index(0).Child("image"), "", "must not be empty")})
+	e := newEnvWith(t, inlineSpec(1, 3, 1), refusePods(invalid))
+	e.reconcile(t)
+	gw := e.workload(t)
+	if gw.Status.Phase != apiv1.WorkloadFailed || !strings.Contains(gw.Status.Message, "spec.containers[0].image") {
+		t.Fatalf("status %+v", gw.Status)
+	}
+	c := meta.FindStatusCondition(gw.Status.Conditions, apiv1.WorkloadConditionFailed)
+	if c == nil || c.Reason != ReasonInvalidPod {
+		t.Fatalf("Failed condition %+v", c)
+	}
+}
+
+func TestRefusedCreateIsRetriedNotFailed(t *testing.T) {
+	quota := apierrors.NewForbidden(corev1.Resource("pods"), "train-0-0", errors.New("exceeded quota: gpu-pods"))
+	e := newEnvWith(t, inlineSpec(1, 3, 1), refusePods(quota))
+	_, err := e.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: e.key})
+	if err == nil || !strings.Contains(err.Error(), "exceeded quota") {
+		t.Fatalf("Reconcile error %v, want the quota refusal (the controller retries)", err)
+	}
+	if gw := e.workload(t); gw.Status.Phase == apiv1.WorkloadFailed {
+		t.Fatalf("a quota refusal failed the workload: %+v", gw.Status)
+	}
+	if ev := <-e.events.Events; !strings.HasPrefix(ev, "Warning FailedCreate") || !strings.Contains(ev, "exceeded quota") {
+		t.Fatalf("event %q", ev)
 	}
 }
