@@ -34,6 +34,8 @@ var bindingsResource = metav1.GroupVersionResource{Version: "v1", Resource: "bin
 type Admitter struct {
 	Mode      EnvMode
 	Scheduler SchedulerIdentity
+	// Resource, when its Name is set, adds the GPU resource to claim pods (resource.go).
+	Resource ResourceConfig
 }
 
 // Outcome is what a request did, for metrics and logs.
@@ -79,6 +81,13 @@ func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest
 			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{}
 		}
 		m = MutatePod(pod, a.Mode)
+		if a.Resource.Name != "" {
+			ops, err := a.Resource.mutateResource(ctx, pod)
+			if err != nil {
+				return errorResponse(req, http.StatusForbidden, fmt.Errorf("pod %s/%s: %w", req.Namespace, podName(req, pod), err)), Outcome{DenyReason: ReasonDeviceAccess}
+			}
+			m.Patch = append(m.Patch, ops...)
+		}
 	case req.SubResource == "ephemeralcontainers" && req.Operation == admissionv1.Update:
 		old := &corev1.Pod{}
 		if err := decodeObject(req.Object.Raw, pod); err != nil {

@@ -22,6 +22,8 @@ const (
 	EnvModeNVIDIA EnvMode = "nvidia"
 	// EnvModeBoth sets both variables to the host GPU IDs.
 	EnvModeBoth EnvMode = "both"
+	// EnvModeNone sets no variable: the agent's device plugin hands the GPUs over (docs/node.md).
+	EnvModeNone EnvMode = "none"
 )
 
 const (
@@ -40,10 +42,10 @@ const (
 // ParseEnvMode parses the value of --visible-devices-env.
 func ParseEnvMode(s string) (EnvMode, error) {
 	switch m := EnvMode(s); m {
-	case EnvModeCUDA, EnvModeNVIDIA, EnvModeBoth:
+	case EnvModeCUDA, EnvModeNVIDIA, EnvModeBoth, EnvModeNone:
 		return m, nil
 	}
-	return "", fmt.Errorf("visible devices env %q is not one of %s, %s, %s", s, EnvModeCUDA, EnvModeNVIDIA, EnvModeBoth)
+	return "", fmt.Errorf("visible devices env %q is not one of %s, %s, %s, %s", s, EnvModeCUDA, EnvModeNVIDIA, EnvModeBoth, EnvModeNone)
 }
 
 // Env returns the variables the mode sets, in the order they are injected. Host GPU IDs in
@@ -51,6 +53,8 @@ func ParseEnvMode(s string) (EnvMode, error) {
 func (m EnvMode) Env() []corev1.EnvVar {
 	cuda := []corev1.EnvVar{visibleDevicesEnv(EnvCUDAVisibleDevices), {Name: EnvCUDADeviceOrder, Value: CUDADeviceOrderPCIBus}}
 	switch m {
+	case EnvModeNone:
+		return nil
 	case EnvModeNVIDIA:
 		return []corev1.EnvVar{visibleDevicesEnv(EnvNVIDIAVisibleDevices)}
 	case EnvModeBoth:
@@ -123,6 +127,9 @@ func MutatePod(pod *corev1.Pod, mode EnvMode) Mutation {
 		return m
 	}
 	want := mode.Env()
+	if len(want) == 0 {
+		return m
+	}
 	for i := range pod.Spec.InitContainers {
 		m.container("initContainers", i, pod.Spec.InitContainers[i].Env, want)
 	}
@@ -146,6 +153,9 @@ func MutateEphemeralContainers(oldPod, pod *corev1.Pod, mode EnvMode) Mutation {
 		existing[ec.Name] = true
 	}
 	want := mode.Env()
+	if len(want) == 0 {
+		return m
+	}
 	for i, ec := range pod.Spec.EphemeralContainers {
 		if !existing[ec.Name] {
 			m.container("ephemeralContainers", i, ec.Env, want)

@@ -291,7 +291,7 @@ func TestParseEnvMode(t *testing.T) {
 			t.Errorf("ParseEnvMode(%q) = %q, %v", s, m, err)
 		}
 	}
-	if _, err := ParseEnvMode("CUDA"); err == nil || err.Error() != `visible devices env "CUDA" is not one of cuda, nvidia, both` {
+	if _, err := ParseEnvMode("CUDA"); err == nil || err.Error() != `visible devices env "CUDA" is not one of cuda, nvidia, both, none` {
 		t.Errorf("ParseEnvMode(CUDA) error = %v", err)
 	}
 }

@@ -49,6 +49,8 @@ type Config struct {
 	EnvMode EnvMode
 	// Scheduler is who may write the allocation annotations.
 	Scheduler SchedulerIdentity
+	// Resource adds the device plugin's GPU resource to claim pods when its Name is set.
+	Resource ResourceConfig
 	// MaxRequestBytes bounds a request body; larger bodies get 413.
 	MaxRequestBytes int64
 	// ShutdownGrace bounds how long in-flight requests may finish when the context ends.
@@ -74,6 +76,14 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseEnvMode(string(c.EnvMode)); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Resource.Name != "" && c.Resource.Count == nil {
+		return fmt.Errorf("resource %s: no way to read the pods' GPU counts (Resource.Count)", c.Resource.Name)
+	}
+	if c.Resource.Name != "" && c.EnvMode != EnvModeNone {
+		// The device plugin sets the variables to the container's own numbering; ours would
+		// override them with host IDs.
+		return fmt.Errorf("resource %s: the device plugin hands the GPUs over, so the visible-devices env must be %q, not %q", c.Resource.Name, EnvModeNone, c.EnvMode)
 	}
 	if len(c.Scheduler.Users) == 0 && len(c.Scheduler.Groups) == 0 {
 		errs = append(errs, errors.New("no scheduler identity: name at least one user or group that may write the GPU allocation"))
@@ -119,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	return &Server{
 		cfg:      cfg,
-		admitter: &Admitter{Mode: cfg.EnvMode, Scheduler: cfg.Scheduler},
+		admitter: &Admitter{Mode: cfg.EnvMode, Scheduler: cfg.Scheduler, Resource: cfg.Resource},
 		metrics:  newServerMetrics(),
 		cert:     cert,
 		tls:      ctrl,

@@ -240,7 +240,7 @@ func TestConfigValidate(t *testing.T) {
 	cfg := Config{EnvMode: "gpu", MaxRequestBytes: 0, ShutdownGrace: -time.Second}
 	err := cfg.Validate()
 	want := "both a serving certificate file and a key file are required: the webhook serves HTTPS only\n" +
-		"visible devices env \"gpu\" is not one of cuda, nvidia, both\n" +
+		"visible devices env \"gpu\" is not one of cuda, nvidia, both, none\n" +
 		"no scheduler identity: name at least one user or group that may write the GPU allocation\n" +
 		"max request bytes 0 must be positive\n" +
 		"shutdown grace -1s must not be negative"

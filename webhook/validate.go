@@ -51,6 +51,8 @@ const (
 	ReasonUpdate  = "update"
 	ReasonBinding = "binding"
 	ReasonInvalid = "invalid"
+	// ReasonDeviceAccess: a claim pod would reach GPUs around the device plugin, or its claim is unreadable.
+	ReasonDeviceAccess = "device-access"
 )
 
 var allow = Decision{Allowed: true}

@@ -24,8 +24,10 @@ func main() {
 
 // serveOptions are the flags of the server.
 type serveOptions struct {
-	cfg     webhook.Config
-	envMode string
+	cfg          webhook.Config
+	envMode      string
+	resourceName string
+	kubeconfig   string
 }
 
 func newServeOptions() *serveOptions {
@@ -39,7 +41,9 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.cfg.Addr, "listen-address", o.cfg.Addr, "host:port the HTTPS server listens on (/mutate, /validate, /healthz, /readyz, /metrics).")
 	fs.StringVar(&o.cfg.CertFile, "tls-cert-file", o.cfg.CertFile, "PEM serving certificate; re-read when it changes (a rotated Secret needs no restart).")
 	fs.StringVar(&o.cfg.KeyFile, "tls-private-key-file", o.cfg.KeyFile, "PEM key of --tls-cert-file.")
-	fs.StringVar(&o.envMode, "visible-devices-env", o.envMode, "Variables pointed at the allocated GPU IDs: cuda (CUDA_VISIBLE_DEVICES), nvidia (NVIDIA_VISIBLE_DEVICES) or both. See docs/webhook.md for which one fits your nodes.")
+	fs.StringVar(&o.envMode, "visible-devices-env", o.envMode, "Variables pointed at the allocated GPU IDs: cuda (CUDA_VISIBLE_DEVICES), nvidia (NVIDIA_VISIBLE_DEVICES), both, or none (with the device plugin, which hands them over). See docs/webhook.md for which one fits your nodes.")
+	fs.StringVar(&o.resourceName, "resource-name", "", "GPU resource the agents' device plugin serves (e.g. nvidia.com/gpu): added to every claim pod's first container from its GpuClaim; pods that set the visible-devices variables or mount /dev/nvidia* are refused. Empty: off. See docs/node.md.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig for reading GpuClaims with --resource-name; empty means in-cluster.")
 	fs.StringSliceVar(&o.cfg.Scheduler.Users, "scheduler-users", o.cfg.Scheduler.Users, "User names that may write the gpu.scheduling/allocated and gpu.scheduling/gpu-ids annotations (the scheduler's service account).")
 	fs.StringSliceVar(&o.cfg.Scheduler.Groups, "scheduler-groups", o.cfg.Scheduler.Groups, "Groups whose members may write the allocation annotations.")
 	fs.Int64Var(&o.cfg.MaxRequestBytes, "max-request-bytes", o.cfg.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
@@ -58,6 +62,11 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			o.cfg.EnvMode = mode
+			if o.resourceName != "" {
+				if o.cfg.Resource, err = resourceConfig(o.resourceName, o.kubeconfig); err != nil {
+					return err
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			ctx = klog.NewContext(ctx, klog.Background())

@@ -68,7 +68,7 @@ func TestRender(t *testing.T) {
 func TestServeRejectsBadFlags(t *testing.T) {
 	cmd := newCommand()
 	cmd.SetArgs([]string{"--visible-devices-env", "rocm"})
-	if err := cmd.Execute(); err == nil || err.Error() != `visible devices env "rocm" is not one of cuda, nvidia, both` {
+	if err := cmd.Execute(); err == nil || err.Error() != `visible devices env "rocm" is not one of cuda, nvidia, both, none` {
 		t.Errorf("got %v", err)
 	}
 	cmd = newCommand()

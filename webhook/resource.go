@@ -1,0 +1,152 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// GPUCounter tells how many GPUs a pod holds: the count of its GpuClaim (or of the
+// GpuClaimTemplate it names). ok is false when the pod names neither.
+type GPUCounter func(ctx context.Context, pod *corev1.Pod) (count int32, ok bool, err error)
+
+// ResourceConfig turns on the kubelet-facing side of the webhook (docs/node.md): our pods
+// request the GPU resource the agent's device plugin serves, so that the kubelet and
+// ResourceQuota count them, and pods may not reach GPUs around the device plugin.
+type ResourceConfig struct {
+	// Name is the extended resource, e.g. nvidia.com/gpu. Empty: the webhook adds none.
+	Name corev1.ResourceName
+	// Count reads the pod's GPU count. Required with Name.
+	Count GPUCounter
+	// ForbidsPrivileged tells whether a namespace forbids privileged GPU pods (its
+	// LabelForbidPrivileged label). Nil: no namespace does.
+	ForbidsPrivileged func(ctx context.Context, namespace string) (bool, error)
+}
+
+// mutateResource applies ResourceConfig to a pod being created: it checks the pod's device
+// access and returns the patch adding the GPU resource. A pod that names no claim is left alone.
+func (rc *ResourceConfig) mutateResource(ctx context.Context, pod *corev1.Pod) ([]PatchOp, error) {
+	count, ok, err := rc.Count(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, nil
+	}
+	forbid := false
+	if rc.ForbidsPrivileged != nil {
+		if forbid, err = rc.ForbidsPrivileged(ctx, pod.Namespace); err != nil {
+			return nil, fmt.Errorf("reading namespace %q: %w", pod.Namespace, err)
+		}
+	}
+	if err := CheckDeviceAccess(pod, forbid); err != nil {
+		return nil, err
+	}
+	return ResourcePatch(pod, rc.Name, count)
+}
+
+// ResourcePatch gives the first app container a request and limit of count GPUs of resource
+// (extended resources need both, equal). The first container holds the pod's GPUs because the
+// kubelet hands devices per container and our allocation is per pod; its other containers, and
+// init containers, get none. A pod that already asks for the resource must ask for exactly
+// count in that container and nowhere else.
+func ResourcePatch(pod *corev1.Pod, name corev1.ResourceName, count int32) ([]PatchOp, error) {
+	if len(pod.Spec.Containers) == 0 {
+		return nil, fmt.Errorf("spec.containers: the pod has no container to hold its %d GPUs", count)
+	}
+	check := func(field string, i int, c *corev1.Container) error {
+		for kind, list := range map[string]corev1.ResourceList{"limits": c.Resources.Limits, "requests": c.Resources.Requests} {
+			q, ok := list[name]
+			if !ok {
+				continue
+			}
+			if field != "containers" || i != 0 || q.Value() != int64(count) {
+				return fmt.Errorf("spec.%s[%d].resources.%s[%s]: %s: the gpu-scheduler sets %s=%d on spec.containers[0] from the pod's GpuClaim; remove it",
+					field, i, kind, name, q.String(), name, count)
+			}
+		}
+		return nil
+	}
+	for i := range pod.Spec.InitContainers {
+		if err := check("initContainers", i, &pod.Spec.InitContainers[i]); err != nil {
+			return nil, err
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if err := check("containers", i, &pod.Spec.Containers[i]); err != nil {
+			return nil, err
+		}
+	}
+	c := &pod.Spec.Containers[0]
+	q := *resource.NewQuantity(int64(count), resource.DecimalSI)
+	var ops []PatchOp
+	for kind, list := range map[string]corev1.ResourceList{"limits": c.Resources.Limits, "requests": c.Resources.Requests} {
+		if _, ok := list[name]; ok {
+			continue
+		}
+		if list == nil {
+			ops = append(ops, PatchOp{Op: "add", Path: Pointer("spec", "containers", "0", "resources", kind), Value: corev1.ResourceList{name: q}})
+			continue
+		}
+		ops = append(ops, PatchOp{Op: "add", Path: Pointer("spec", "containers", "0", "resources", kind, string(name)), Value: q.String()})
+	}
+	// Map iteration order: sort for a stable patch.
+	if len(ops) == 2 && ops[0].Path > ops[1].Path {
+		ops[0], ops[1] = ops[1], ops[0]
+	}
+	return ops, nil
+}
+
+// visibleDeviceVars are the variables that pick GPUs inside a container.
+var visibleDeviceVars = []string{EnvNVIDIAVisibleDevices, EnvCUDAVisibleDevices}
+
+// CheckDeviceAccess refuses, naming the field, a pod that would reach GPUs around the device
+// plugin: a container that sets NVIDIA_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES itself (the
+// device plugin sets them to the pod's GPUs; with the legacy NVIDIA runtime the variable alone
+// exposes any GPU), or a hostPath volume onto /dev/nvidia* or /dev as a whole.
+// forbidPrivileged also refuses privileged containers (they see every device node).
+func CheckDeviceAccess(pod *corev1.Pod, forbidPrivileged bool) error {
+	type ref struct {
+		field string
+		i     int
+		c     *corev1.Container
+	}
+	var all []ref
+	for i := range pod.Spec.InitContainers {
+		all = append(all, ref{"initContainers", i, &pod.Spec.InitContainers[i]})
+	}
+	for i := range pod.Spec.Containers {
+		all = append(all, ref{"containers", i, &pod.Spec.Containers[i]})
+	}
+	for _, r := range all {
+		field, i, c := r.field, r.i, r.c
+		for j, e := range c.Env {
+			for _, v := range visibleDeviceVars {
+				if e.Name == v {
+					return fmt.Errorf("spec.%s[%d].env[%d]: %s is set by the pod; the GPUs a container sees are handed over by the gpu-scheduler's device plugin: remove it", field, i, j, v)
+				}
+			}
+		}
+		if forbidPrivileged && c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged {
+			return fmt.Errorf("spec.%s[%d].securityContext.privileged: privileged GPU pods are forbidden in namespace %q (label %s): a privileged container sees every GPU", field, i, pod.Namespace, LabelForbidPrivileged)
+		}
+	}
+	for i, v := range pod.Spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		p := strings.TrimRight(v.HostPath.Path, "/")
+		if p == "/dev" || strings.HasPrefix(p, "/dev/nvidia") {
+			return fmt.Errorf("spec.volumes[%d].hostPath.path: %q mounts NVIDIA device nodes; the GPUs a container sees are handed over by the gpu-scheduler's device plugin: remove it", i, v.HostPath.Path)
+		}
+	}
+	return nil
+}
+
+// LabelForbidPrivileged on a namespace ("true") refuses privileged containers in its GPU pods.
+const LabelForbidPrivileged = gpuv1.LabelPrefix + "forbid-privileged"
