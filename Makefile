@@ -68,6 +68,11 @@ sim: tools build
 test-sim: tools build
 	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run scenarios/smoke.yaml
 
+## e2e-gpu: on a cluster with a real NVIDIA GPU node (current kubectl context): install the chart, run a 2-GPU pod, check nvidia-smi -L inside lists exactly the chosen GPUs; exits 0 with a message when this machine has no NVIDIA driver (docs/node.md)
+.PHONY: e2e-gpu
+e2e-gpu:
+	bash hack/e2e-gpu.sh
+
 ## cluster-up: start a local control plane with the stock scheduler (NODES=n fake GPU nodes); prints its KUBECONFIG
 .PHONY: cluster-up
 cluster-up: tools
