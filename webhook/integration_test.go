@@ -37,6 +37,7 @@ const (
 	schedulerUser    = webhook.DefaultSchedulerUser
 	schedulerGroup   = "gpu-itest-schedulers"
 	userName         = "alice"
+	quotaNamespace   = "gpu-quota-itest"
 )
 
 // warnings collects the admission warnings the apiserver passes back to a client.
@@ -204,7 +205,8 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 
 	// Register the webhooks with the real CA bundle and the loopback URL, and the scheduler
 	// identity the webhook runs with (its Bindings are not sent to the webhook).
-	mwc, vwc, err := manifests.Render(manifests.Options{Namespace: webhookNamespace, CABundle: ca.PEM, URL: "https://" + ln.Addr().String(), Scheduler: cfg.Scheduler})
+	mwc, vwc, err := manifests.Render(manifests.Options{Namespace: webhookNamespace, CABundle: ca.PEM, URL: "https://" + ln.Addr().String(), Scheduler: cfg.Scheduler,
+		ExcludeNamespaces: []string{quotaNamespace}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,6 +444,10 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 		if stored.Spec.NodeName != "gpu-node-0" || stored.Annotations[gpuv1.AnnotationGPUIDs] != "1" {
 			t.Errorf("node %q annotations %v after the scheduler's Binding", stored.Spec.NodeName, stored.Annotations)
 		}
+	})
+
+	t.Run("with the device plugin's resource a ResourceQuota on GPUs counts claim pods", func(t *testing.T) {
+		quotaWebhook(ctx, t, admin, ca, pair, cfg.Scheduler)
 	})
 
 	t.Run("with the webhook down only GPU pods and allocation writes are blocked", func(t *testing.T) {

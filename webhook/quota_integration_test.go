@@ -1,0 +1,132 @@
+//go:build integration
+
+package webhook_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest"
+)
+
+// quotaWebhook runs a second webhook in the device plugin's resource mode for quotaNamespace
+// only, and shows that the apiserver's ResourceQuota admission, which runs after the mutating
+// webhooks, counts the nvidia.com/gpu the webhook adds: with a quota of 4 GPUs the third pod
+// of a 2-GPU claim is refused, and a pod without a claim is not counted.
+func quotaWebhook(ctx context.Context, t *testing.T, admin kubernetes.Interface, ca *webhooktest.CA, pair *webhooktest.ServingPair, scheduler webhook.SchedulerIdentity) {
+	const res = corev1.ResourceName("nvidia.com/gpu")
+	certFile, keyFile, err := pair.Write(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := webhook.DefaultConfig()
+	cfg.CertFile, cfg.KeyFile, cfg.Scheduler, cfg.EnvMode = certFile, keyFile, scheduler, webhook.EnvModeNone
+	claims := map[string]int32{"two-gpus": 2}
+	cfg.Resource = webhook.ResourceConfig{Name: res, Count: func(_ context.Context, pod *corev1.Pod) (int32, bool, error) {
+		n, ok := claims[pod.Annotations[gpuv1.AnnotationClaim]]
+		return n, ok, nil
+	}}
+	srv, err := webhook.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(srvCtx, ln) }()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("quota webhook server: %v", err)
+		}
+	}()
+
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: quotaNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mwc, _, err := manifests.Render(manifests.Options{Name: "gpu-quota-itest", Namespace: webhookNamespace, CABundle: ca.PEM,
+		URL: "https://" + ln.Addr().String(), Scheduler: scheduler, ExcludeNamespaces: []string{testNamespace}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.WithoutCancel(ctx), mwc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete %s: %v", mwc.Name, err)
+		}
+	}()
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpus"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"requests." + res: resource.MustParse("4")}},
+	}
+	if _, err := admin.CoreV1().ResourceQuotas(quotaNamespace).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := admin.CoreV1().Pods(quotaNamespace)
+	claimPod := func(name string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{gpuv1.AnnotationClaim: "two-gpus"}},
+			Spec:       corev1.PodSpec{SchedulerName: gpuv1.SchedulerName, Containers: []corev1.Container{container("main"), container("side")}},
+		}
+	}
+	// The quota controller fills the quota's status, and the apiserver picks up the webhook
+	// configuration: wait until a dry run shows the resource added.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		q, err := admin.CoreV1().ResourceQuotas(quotaNamespace).Get(ctx, "gpus", metav1.GetOptions{})
+		if err != nil || q.Status.Hard == nil {
+			return false, nil
+		}
+		got, err := pods.Create(ctx, claimPod("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, nil
+		}
+		_, ok := got.Spec.Containers[0].Resources.Limits[res]
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("the quota or the resource webhook never took effect: %v", err)
+	}
+	for _, name := range []string{"train-0", "train-1"} {
+		got, err := pods.Create(ctx, claimPod(name), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("pod %s within the quota refused: %v", name, err)
+		}
+		if q := got.Spec.Containers[0].Resources.Requests[res]; q.Value() != 2 {
+			t.Fatalf("pod %s: containers[0] requests %s=%s, want 2", name, res, q.String())
+		}
+		if _, ok := got.Spec.Containers[1].Resources.Limits[res]; ok {
+			t.Fatalf("pod %s: the sidecar got GPUs too", name)
+		}
+	}
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.PodSpec{Containers: []corev1.Container{container("nginx")}}}
+	if _, err := pods.Create(ctx, plain, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a pod without a claim was refused: %v", err)
+	}
+	_, err = pods.Create(ctx, claimPod("train-2"), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "exceeded quota") || !strings.Contains(err.Error(), string(res)) {
+		t.Fatalf("the third 2-GPU pod under a 4-GPU quota: got %v, want exceeded quota on %s", err, res)
+	}
+	forged := claimPod("forged")
+	forged.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
+	_, err = pods.Create(ctx, forged, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "spec.containers[0].env[0]: NVIDIA_VISIBLE_DEVICES") {
+		t.Fatalf("a claim pod setting NVIDIA_VISIBLE_DEVICES: got %v, want refused naming the field", err)
+	}
+}
