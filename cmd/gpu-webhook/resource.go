@@ -56,6 +56,11 @@ func resourceConfig(name, kubeconfig string) (webhook.ResourceConfig, error) {
 			if err != nil {
 				return 0, false, fmt.Errorf("metadata.annotations[%s]: GpuClaim %s/%s: %w", gpuv1.AnnotationClaim, pod.Namespace, claim, err)
 			}
+			if e := c.Spec.Devices.Exclusivity; e != "" && e != gpuv1.Exclusive {
+				// The kubelet hands a device to one container at a time: GPUs shared by
+				// several pods cannot go through the device plugin (docs/node.md, Limits).
+				return 0, false, fmt.Errorf("GpuClaim %s/%s: spec.devices.exclusivity %s is not supported with the device plugin (--resource-name); use Exclusive", pod.Namespace, claim, e)
+			}
 			return c.Spec.Devices.Count, true, nil
 		}
 		if tmpl, ok := pod.Annotations[gpuv1.AnnotationClaimTemplate]; ok {
