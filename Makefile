@@ -24,7 +24,7 @@ build:
 generate:
 	bash hack/update-codegen.sh
 
-## verify: gofmt, go vet and generated code up to date
+## verify: gofmt, go mod tidy a no-op, go vet and generated code up to date
 .PHONY: verify
 verify:
 	bash hack/verify.sh

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fails when code is not gofmt-clean, go vet complains, or generated code is stale.
+# Fails when code is not gofmt-clean, go.mod/go.sum are not tidy, go vet complains, or generated
+# code is stale.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -8,6 +9,15 @@ unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-st
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change these files (run gofmt -w):" >&2
 	echo "$unformatted" >&2
+	exit 1
+fi
+
+# go.mod must say what the code imports: a direct import marked // indirect, or a requirement
+# nothing uses, is drift that `go mod tidy` would fix. -diff prints the change and fails without
+# touching the files.
+if ! tidy=$(go mod tidy -diff 2>&1); then
+	echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit the result" >&2
+	echo "$tidy" | head -40 >&2
 	exit 1
 fi
 
