@@ -5,11 +5,50 @@
 # compiled. A stamp file keyed on the pinned versions (and the go.mod/go.sum that pin them) makes a
 # second run a no-op; change a version below or in a tools go.mod and the next run rebuilds.
 #
-#   hack/build-tools.sh          build what is missing or stale
-#   FORCE=1 hack/build-tools.sh  rebuild everything
+#   hack/build-tools.sh              build what is missing or stale
+#   FORCE=1 hack/build-tools.sh      rebuild everything
+#   hack/build-tools.sh --preflight  only check that this machine can build (Go, disk space);
+#                                    hack/test-preflight.sh runs it with an empty HOME
 set -euo pipefail
+# Nothing below may depend on the user's locale (df and awk output, sort order).
+export LC_ALL=C
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+mode=build
+case "${1:-}" in
+--preflight) mode=preflight ;;
+"") ;;
+*)
+	echo "usage: hack/build-tools.sh [--preflight]" >&2
+	exit 2
+	;;
+esac
+
+# preflight fails with a clear message when this machine cannot build the tools. It must work on a
+# new machine: only Go and a home directory, no ~/.cache or GOPATH yet (the Go caches may not exist:
+# measure the nearest directory that does).
+preflight() {
+	if ! command -v go >/dev/null; then
+		echo "tools: go is not on PATH (install Go 1.26)" >&2
+		return 1
+	fi
+	local probe avail_kb need_kb=$((${TOOLS_MIN_FREE_GIB:-8} * 1024 * 1024))
+	if ! probe=$(go env GOCACHE) || [ -z "$probe" ]; then
+		echo "tools: go env GOCACHE failed (set HOME or GOCACHE)" >&2
+		return 1
+	fi
+	while [ ! -d "$probe" ] && [ "$probe" != / ]; do probe=$(dirname "$probe"); done
+	avail_kb=$(df -Pk "$probe" | awk 'NR==2 {print $4}')
+	if [ "${avail_kb:-0}" -lt "$need_kb" ]; then
+		echo "tools: only $((${avail_kb:-0} / 1024)) MiB free under $probe for the Go caches; a cold build needs ~${TOOLS_MIN_FREE_GIB:-8} GiB (free some disk)" >&2
+		return 1
+	fi
+}
+if [ "$mode" = preflight ]; then
+	preflight
+	echo "tools: preflight ok"
+	exit 0
+fi
 
 # The pins. Kubernetes and etcd are pinned by hack/tools/go.mod and hack/tools/etcd/go.mod (the
 # versions here only feed the version ldflags and the stamp); kwok and helm by `go install @v`.
@@ -17,36 +56,18 @@ K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.8
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
+# Bump when a build command below changes what it produces (a flag, a package, a binary). The
+# stamp is keyed on this, the pins, the ldflags and the tools modules — not on the text of this
+# script, so editing comments or the preflight does not rebuild every checkout's tools.
+TOOLS_STAMP_VERSION=2
 
 bin="$root/_output/bin"
-stamp="$bin/.control-plane-tools.stamp"
+# A new name for the new key: checkouts still on the old script keep reading the old stamp file,
+# so neither rebuilds the shared _output/bin for the other.
+stamp="$bin/.control-plane-tools.v2.stamp"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl helm)
 mkdir -p "$bin"
 
-want=$(
-	echo "k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION $(go env GOVERSION)"
-	# This script is part of the key too: a changed flag (ldflags) must rebuild.
-	cat hack/build-tools.sh hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/go.mod hack/tools/etcd/go.sum | sha256sum
-)
-missing=()
-for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
-if [ -z "${FORCE:-}" ] && [ ${#missing[@]} -eq 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-	echo "tools: up to date in _output/bin (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION)"
-	exit 0
-fi
-rm -f "$stamp"
-
-# The Go caches may not exist yet on a new machine (no ~/.cache): measure the nearest directory
-# that does.
-probe=$(go env GOCACHE)
-while [ ! -d "$probe" ] && [ "$probe" != / ]; do probe=$(dirname "$probe"); done
-avail_kb=$(df -Pk "$probe" | awk 'NR==2 {print $4}')
-if [ "${avail_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
-	echo "tools: only $((avail_kb / 1024)) MiB free for the Go caches; a cold build needs ~8 GiB (free some disk)" >&2
-	exit 1
-fi
-
-export CGO_ENABLED=0
 # Without the version ldflags the binaries call themselves v0.0.0-master, and tools that read
 # --version (kwokctl, kubectl version skew checks) pick the wrong behaviour.
 minor=${K8S_VERSION#v1.}
@@ -56,6 +77,23 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 	k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
+
+want=$(
+	echo "tools=$TOOLS_STAMP_VERSION k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION $(go env GOVERSION)"
+	echo "k8s_ldflags=$k8s_ldflags"
+	cat hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/go.mod hack/tools/etcd/go.sum | sha256sum
+)
+missing=()
+for b in "${binaries[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
+if [ -z "${FORCE:-}" ] && [ ${#missing[@]} -eq 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+	echo "tools: up to date in _output/bin (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION)"
+	exit 0
+fi
+rm -f "$stamp"
+
+preflight
+
+export CGO_ENABLED=0
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT

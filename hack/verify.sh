@@ -23,6 +23,9 @@ fi
 
 CGO_ENABLED=1 go vet ./...
 
+# The tool build must start on a brand-new machine (empty HOME, no ~/.cache).
+bash hack/test-preflight.sh
+
 # Generate into a scratch copy of the tree and compare, so a dirty work tree is never touched.
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
