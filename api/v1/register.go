@@ -27,6 +27,7 @@ var (
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&GpuClaim{}, &GpuClaimList{},
+		&GpuClaimTemplate{}, &GpuClaimTemplateList{},
 		&GpuNodeStatus{}, &GpuNodeStatusList{},
 		&GpuWorkload{}, &GpuWorkloadList{},
 	)

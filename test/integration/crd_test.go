@@ -218,3 +218,53 @@ func TestWorkloadPrinterColumns(t *testing.T) {
 		t.Fatalf("columns %v, want %v", names, want)
 	}
 }
+
+// TestCRDRejectsBadClaimTemplates checks that a GpuClaimTemplate's claim spec is validated
+// exactly like a claim's, at apply time, with the field path under spec.spec.
+func TestCRDRejectsBadClaimTemplates(t *testing.T) {
+	ns := namespace(t, "crd-template")
+	dyn, err := dynamic.NewForConfig(env.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	templates := dyn.Resource(schema.GroupVersionResource{Group: "gpu.scheduling", Version: "v1", Resource: "gpuclaimtemplates"}).Namespace(ns)
+	tests := []struct {
+		name string
+		spec string
+		want string // empty: accepted
+	}{
+		{"minimal", `spec: {devices: {count: 1}}`, ""},
+		{"labels, annotations and a gang", `{metadata: {labels: {team: ml}, annotations: {note: x}}, spec: {devices: {count: 8}, gangRef: train, gangSize: 4}}`, ""},
+		{"missing claim spec", `metadata: {labels: {team: ml}}`, "spec.spec: Required value"},
+		{"count 0", `spec: {devices: {count: 0}}`, "spec.spec.devices.count: Invalid value: 0"},
+		{"spread with Required", `spec: {devices: {count: 2, policy: spread}, topology: {mode: Required}}`, "policy spread places GPUs across islands and cannot be combined with topology.mode Required"},
+		{"gangSize without gangRef", `spec: {devices: {count: 8}, gangSize: 4}`, "gangSize needs gangRef"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var spec map[string]any
+			if err := yaml.Unmarshal([]byte(tt.spec), &spec); err != nil {
+				t.Fatal(err)
+			}
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "gpu.scheduling/v1",
+				"kind":       "GpuClaimTemplate",
+				"metadata":   map[string]any{"name": "t" + strings.Repeat("x", i)},
+				"spec":       spec,
+			}}
+			_, err := templates.Create(t.Context(), obj, metav1.CreateOptions{})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("valid template rejected: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("bad template accepted; want %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v\nwant it to contain %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -55,6 +55,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=gpu.scheduling, Version=v1
 	case v1.SchemeGroupVersion.WithResource("gpuclaims"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Gpu().V1().GpuClaims().Informer()}, nil
+	case v1.SchemeGroupVersion.WithResource("gpuclaimtemplates"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Gpu().V1().GpuClaimTemplates().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("gpunodestatuses"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Gpu().V1().GpuNodeStatuses().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("gpuworkloads"):

@@ -26,6 +26,14 @@ type GpuClaimListerExpansion interface{}
 // GpuClaimNamespaceLister.
 type GpuClaimNamespaceListerExpansion interface{}
 
+// GpuClaimTemplateListerExpansion allows custom methods to be added to
+// GpuClaimTemplateLister.
+type GpuClaimTemplateListerExpansion interface{}
+
+// GpuClaimTemplateNamespaceListerExpansion allows custom methods to be added to
+// GpuClaimTemplateNamespaceLister.
+type GpuClaimTemplateNamespaceListerExpansion interface{}
+
 // GpuNodeStatusListerExpansion allows custom methods to be added to
 // GpuNodeStatusLister.
 type GpuNodeStatusListerExpansion interface{}

@@ -26,6 +26,8 @@ import (
 type Interface interface {
 	// GpuClaims returns a GpuClaimInformer.
 	GpuClaims() GpuClaimInformer
+	// GpuClaimTemplates returns a GpuClaimTemplateInformer.
+	GpuClaimTemplates() GpuClaimTemplateInformer
 	// GpuNodeStatuses returns a GpuNodeStatusInformer.
 	GpuNodeStatuses() GpuNodeStatusInformer
 	// GpuWorkloads returns a GpuWorkloadInformer.
@@ -46,6 +48,11 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // GpuClaims returns a GpuClaimInformer.
 func (v *version) GpuClaims() GpuClaimInformer {
 	return &gpuClaimInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// GpuClaimTemplates returns a GpuClaimTemplateInformer.
+func (v *version) GpuClaimTemplates() GpuClaimTemplateInformer {
+	return &gpuClaimTemplateInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // GpuNodeStatuses returns a GpuNodeStatusInformer.

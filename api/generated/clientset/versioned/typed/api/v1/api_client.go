@@ -29,6 +29,7 @@ import (
 type GpuV1Interface interface {
 	RESTClient() rest.Interface
 	GpuClaimsGetter
+	GpuClaimTemplatesGetter
 	GpuNodeStatusesGetter
 	GpuWorkloadsGetter
 }
@@ -40,6 +41,10 @@ type GpuV1Client struct {
 
 func (c *GpuV1Client) GpuClaims(namespace string) GpuClaimInterface {
 	return newGpuClaims(c, namespace)
+}
+
+func (c *GpuV1Client) GpuClaimTemplates(namespace string) GpuClaimTemplateInterface {
+	return newGpuClaimTemplates(c, namespace)
 }
 
 func (c *GpuV1Client) GpuNodeStatuses() GpuNodeStatusInterface {

@@ -20,6 +20,8 @@ package v1
 
 type GpuClaimExpansion interface{}
 
+type GpuClaimTemplateExpansion interface{}
+
 type GpuNodeStatusExpansion interface{}
 
 type GpuWorkloadExpansion interface{}

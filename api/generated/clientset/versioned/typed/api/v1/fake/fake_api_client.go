@@ -32,6 +32,10 @@ func (c *FakeGpuV1) GpuClaims(namespace string) v1.GpuClaimInterface {
 	return newFakeGpuClaims(c, namespace)
 }
 
+func (c *FakeGpuV1) GpuClaimTemplates(namespace string) v1.GpuClaimTemplateInterface {
+	return newFakeGpuClaimTemplates(c, namespace)
+}
+
 func (c *FakeGpuV1) GpuNodeStatuses() v1.GpuNodeStatusInterface {
 	return newFakeGpuNodeStatuses(c)
 }

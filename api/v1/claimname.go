@@ -1,0 +1,42 @@
+package v1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// maxClaimName is the longest claim name ClaimNameForPod returns. Claims are plain objects (253
+// characters allowed), but we keep names within a label value's 63 so that tools may label by it.
+const maxClaimName = validation.DNS1123LabelMaxLength
+
+// ClaimNameForPod is the name of the GpuClaim made for pod podName from template templateName:
+// "<pod>-<template>", or, when that is longer than 63 characters, a prefix of it followed by "-"
+// and ten hex digits of a SHA-256 over both names, so different pods never share a name. The
+// controller that makes the claim and the scheduler that reads it both call it: the name is the
+// only link they need besides the claim's owner reference.
+func ClaimNameForPod(podName, templateName string) (string, error) {
+	if podName == "" {
+		return "", fmt.Errorf("claim name for template %q: pod name is empty", templateName)
+	}
+	if templateName == "" {
+		return "", fmt.Errorf("claim name for pod %q: template name is empty", podName)
+	}
+	name := podName + "-" + templateName
+	if len(name) > maxClaimName {
+		sum := sha256.Sum256([]byte(podName + "/" + templateName))
+		suffix := "-" + hex.EncodeToString(sum[:])[:10]
+		prefix := name[:maxClaimName-len(suffix)]
+		// A name must not end in '-' or '.' before the suffix; trim them so the result stays valid.
+		for len(prefix) > 0 && (prefix[len(prefix)-1] == '-' || prefix[len(prefix)-1] == '.') {
+			prefix = prefix[:len(prefix)-1]
+		}
+		name = prefix + suffix
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", fmt.Errorf("claim name %q for pod %q and template %q is not a valid object name: %v", name, podName, templateName, errs)
+	}
+	return name, nil
+}
