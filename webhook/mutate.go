@@ -100,11 +100,14 @@ func replacedWarning(field string, i, j int, name string) string {
 	return fmt.Sprintf("spec.%s[%d].env[%d]: %s from the pod was replaced: %s", field, i, j, name, why)
 }
 
-// WantsGPUs reports whether the webhook mutates the pod: it names a GpuClaim or asks for the
-// gpu-scheduler. Pods of the gpu-scheduler without a claim get the variables too; they resolve
+// WantsGPUs reports whether the webhook mutates the pod: it names a GpuClaim, or a
+// GpuClaimTemplate from which its claim is made, or asks for the gpu-scheduler. Pods of the gpu-scheduler without a claim get the variables too; they resolve
 // to "" (no GPU) because the scheduler allocates nothing for them.
 func WantsGPUs(pod *corev1.Pod) bool {
 	if _, ok := pod.Annotations[gpuv1.AnnotationClaim]; ok {
+		return true
+	}
+	if _, ok := pod.Annotations[gpuv1.AnnotationClaimTemplate]; ok {
 		return true
 	}
 	return pod.Spec.SchedulerName == gpuv1.SchedulerName

@@ -90,6 +90,16 @@ func TestMutatePod(t *testing.T) {
 			wantEnv:   [][]corev1.EnvVar{cuda},
 		},
 		{
+			name: "a pod naming a claim template is a GPU pod too",
+			pod: func() *corev1.Pod {
+				p := gpuPod(nil)
+				p.Annotations = map[string]string{gpuv1.AnnotationClaimTemplate: "x8"}
+				return p
+			}(),
+			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: cuda}},
+			wantEnv:   [][]corev1.EnvVar{cuda},
+		},
+		{
 			name:      "an empty env list is replaced by add",
 			pod:       gpuPod([]corev1.EnvVar{}),
 			wantPatch: []PatchOp{{Op: "add", Path: "/spec/containers/0/env", Value: cuda}},

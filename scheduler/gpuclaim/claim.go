@@ -10,10 +10,43 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
-// claimName returns the claim a pod names, if any.
+// claimName returns the claim a pod names, if any: the one its claim annotation names, or else
+// the one the claim controller makes for it from the template its claim-template annotation
+// names (apiv1.ClaimNameForPod). An empty template name gives an empty claim name, which
+// PreFilter reports.
 func claimName(pod *v1.Pod) (string, bool) {
-	name, ok := pod.Annotations[apiv1.AnnotationClaim]
-	return name, ok
+	if name, ok := pod.Annotations[apiv1.AnnotationClaim]; ok {
+		return name, true
+	}
+	template, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]
+	if !ok {
+		return "", false
+	}
+	name, err := apiv1.ClaimNameForPod(pod.Name, template)
+	if err != nil {
+		return "", true
+	}
+	return name, true
+}
+
+// templateOf returns the claim template a pod names when it names no claim directly.
+func templateOf(pod *v1.Pod) (string, bool) {
+	if _, ok := pod.Annotations[apiv1.AnnotationClaim]; ok {
+		return "", false
+	}
+	t, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]
+	return t, ok
+}
+
+// ownedBy reports whether the pod is the controller owner of the claim: a claim made from a
+// template serves only the pod it was made for, never one that happens to have the same name.
+func ownedBy(claim *apiv1.GpuClaim, pod *v1.Pod) bool {
+	for _, ref := range claim.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == "Pod" && ref.UID == pod.UID {
+			return true
+		}
+	}
+	return false
 }
 
 // podRequest reads the claim a pod names and turns it into a request. named is false when the
@@ -111,4 +144,10 @@ func selectorMatches(claim *apiv1.GpuClaim, node *v1.Node) bool {
 // podFinished reports whether a pod no longer needs its GPUs.
 func podFinished(pod *v1.Pod) bool {
 	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
+}
+
+// claimNameOrEmpty is claimName without the flag.
+func claimNameOrEmpty(pod *v1.Pod) string {
+	name, _ := claimName(pod)
+	return name
 }

@@ -376,7 +376,7 @@ func (p *Plugin) podGone(pod *v1.Pod) {
 		p.gpusChanged(node)
 	}
 	p.ledger.forget(pod.UID)
-	p.enqueueRelease(podRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Claim: pod.Annotations[apiv1.AnnotationClaim]})
+	p.enqueueRelease(podRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Claim: claimNameOrEmpty(pod)})
 }
 
 // leasesOf lists the GPU leases naming a pod, from the informer cache.

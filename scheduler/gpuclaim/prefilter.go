@@ -44,11 +44,26 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if _, err := p.podStrategy(pod); err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
+	template, templated := templateOf(pod)
 	if name == "" {
+		if templated {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("pod %s/%s has an empty %s annotation; set it to the name of a GpuClaimTemplate in namespace %s", pod.Namespace, pod.Name, apiv1.AnnotationClaimTemplate, pod.Namespace))
+		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("pod %s/%s has an empty %s annotation; set it to the name of a GpuClaim in namespace %s", pod.Namespace, pod.Name, apiv1.AnnotationClaim, pod.Namespace))
 	}
 	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
+	if templated && apierrors.IsNotFound(err) {
+		// The claim controller has not made it yet (or the template is missing: it says so in
+		// an event on the pod). The claim's add event activates the pod (plugin.go), no poll.
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("waiting for GpuClaim %s/%s to be made from GpuClaimTemplate %s for pod %s", pod.Namespace, name, template, pod.Name))
+	}
+	if err == nil && templated && !ownedBy(claim, pod) {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("GpuClaim %s/%s is not owned by pod %s (UID %s); it was not made from GpuClaimTemplate %s for this pod, so it is not used", pod.Namespace, name, pod.Name, pod.UID, template))
+	}
 	if apierrors.IsNotFound(err) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("GpuClaim %s/%s named by pod %s does not exist", pod.Namespace, name, pod.Name))

@@ -141,9 +141,10 @@ func celQuotable(name string) error {
 // allocation annotations are sent to /validate. Besides the load, this bounds what an outage
 // of the webhook (failurePolicy Fail) can block to exactly the requests it guards.
 var (
-	// MatchGPUPod: the pod names a claim or uses the gpu-scheduler (webhook.WantsGPUs).
-	MatchGPUPod = fmt.Sprintf("%s || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')",
-		hasAnnotation("object", gpuv1.AnnotationClaim), gpuv1.SchedulerName)
+	// MatchGPUPod: the pod names a claim or a claim template, or uses the gpu-scheduler
+	// (webhook.WantsGPUs).
+	MatchGPUPod = fmt.Sprintf("%s || %s || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')",
+		hasAnnotation("object", gpuv1.AnnotationClaim), hasAnnotation("object", gpuv1.AnnotationClaimTemplate), gpuv1.SchedulerName)
 	// MatchWritesAllocation: a CREATE (pod or Binding) carries an allocation annotation, or an
 	// UPDATE sets, changes or removes one.
 	MatchWritesAllocation = fmt.Sprintf("request.operation == 'CREATE' ? (%s) : (%s)",

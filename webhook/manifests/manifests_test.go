@@ -201,6 +201,7 @@ func TestMatchConditions(t *testing.T) {
 		want bool
 	}{
 		{"claim", obj(map[string]any{claim: "c"}, map[string]any{}), true},
+		{"claim template", obj(map[string]any{gpuv1.AnnotationClaimTemplate: "t"}, map[string]any{}), true},
 		{"our scheduler", obj(nil, map[string]any{"schedulerName": gpuv1.SchedulerName}), true},
 		{"another scheduler", obj(map[string]any{"x": "y"}, map[string]any{"schedulerName": "default-scheduler"}), false},
 		{"no annotations, no scheduler name", obj(nil, map[string]any{}), false},
