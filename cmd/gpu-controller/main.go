@@ -1,5 +1,6 @@
 // Command gpu-controller runs the gpu-scheduler's controllers on one controller-runtime
-// manager: the GpuWorkload controller (replicas, claims, retries). It elects a leader, serves
+// manager: the claim-template controller (a GpuClaim per pod that names a GpuClaimTemplate) and
+// the GpuWorkload controller (replicas, claims, retries). It elects a leader, serves
 // /healthz and /readyz on --health-probe-bind-address and Prometheus metrics on
 // --metrics-bind-address.
 package main
@@ -21,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/controller/claimtemplate"
 	"github.com/gpu-scheduler/gpu-scheduler/controller/workload"
 )
 
@@ -35,6 +37,7 @@ type options struct {
 	qps              float32
 	burst            int
 	workloadWorkers  int
+	claimWorkers     int
 	gracefulShutdown time.Duration
 }
 
@@ -61,6 +64,7 @@ func run() error {
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "QPS of the API client.")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "Burst of the API client.")
 	fs.IntVar(&o.workloadWorkers, "workload-workers", 4, "GpuWorkloads reconciled at once.")
+	fs.IntVar(&o.claimWorkers, "claim-template-workers", 4, "Pods whose GpuClaim is made from a GpuClaimTemplate at once.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long running reconciles may finish after SIGTERM.")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -107,6 +111,9 @@ func run() error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	if err := workload.SetupWithManager(mgr, workload.Options{SchedulerName: o.schedulerName, MaxConcurrentReconciles: o.workloadWorkers}); err != nil {
+		return err
+	}
+	if err := claimtemplate.SetupWithManager(mgr, claimtemplate.Options{MaxConcurrentReconciles: o.claimWorkers}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -32,12 +32,6 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	name, ok := claimName(pod)
 	if !ok {
-		if tmpl, templated := pod.Annotations[apiv1.AnnotationClaimTemplate]; templated {
-			// A pod that asks for GPUs through a template must not run without them: it waits
-			// until the GpuClaim made from the template is named on it.
-			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-				fmt.Sprintf("pod %s/%s names GpuClaimTemplate %q in annotation %s; waiting for the GpuClaim made from it", pod.Namespace, pod.Name, tmpl, apiv1.AnnotationClaimTemplate))
-		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	logger := klog.FromContext(ctx)

@@ -114,7 +114,7 @@ func TestTemplatedPodWithoutClaimWaits(t *testing.T) {
 	pod := gpuPod("p", "")
 	pod.Annotations[apiv1.AnnotationClaimTemplate] = "train-8x"
 	_, st, _ := e.schedule(t, pod)
-	if st == nil || st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), `names GpuClaimTemplate "train-8x"`) {
+	if st == nil || st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "waiting for GpuClaim ns/p-train-8x to be made from GpuClaimTemplate train-8x") {
 		t.Fatalf("status %v", st)
 	}
 }

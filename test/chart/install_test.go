@@ -431,6 +431,11 @@ func checkAccessReviews(t *testing.T, ctx context.Context, e *installEnv) {
 		{controlSA, "delete", "", "pods", "", userNS, "", true},
 		{controlSA, "create", gpu, "gpuclaims", "", userNS, "", true},
 		{controlSA, "create", "events.k8s.io", "events", "", userNS, "", true},
+		// The claim-template controller: reads templates, makes claims owned by pods.
+		{controlSA, "watch", gpu, "gpuclaimtemplates", "", "", "", true},
+		{controlSA, "update", "", "pods", "finalizers", userNS, "", true},
+		{controlSA, "create", gpu, "gpuclaimtemplates", "", userNS, "", false},
+		{controlSA, "update", gpu, "gpuclaimtemplates", "", userNS, "", false},
 		{controlSA, "create", coord, "leases", "", releaseNamespace, "", true},
 		{controlSA, "create", coord, "leases", "", "default", "", false},
 		{controlSA, "update", "", "pods", "", userNS, "", false},

@@ -1,0 +1,159 @@
+// Package claimtemplate makes the GpuClaim of every pod that names a GpuClaimTemplate: one claim
+// per pod, named by apiv1.ClaimNameForPod, a copy of the template's claim spec, labels and
+// annotations, owned by the pod (controller: true) so that the garbage collector deletes it
+// with the pod. The scheduler finds the claim by the same name and waits for it.
+//
+// The claim is made here, by a controller, and not at admission: a pod created with
+// generateName has no name yet at mutating admission, a dry-run request must not create
+// objects, and a missing template would have to fail the pod's creation (and with it the
+// Job's or StatefulSet's controller loop) instead of leaving it Pending with an event.
+package claimtemplate
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// Event reasons on the pod.
+const (
+	ReasonTemplateNotFound = "ClaimTemplateNotFound"
+	ReasonInvalidTemplate  = "ClaimTemplateInvalid"
+	ReasonClaimNameTaken   = "ClaimNameTaken"
+	ReasonClaimCreated     = "ClaimCreated"
+)
+
+// Reconciler makes the claim of one pod.
+type Reconciler struct {
+	client   ctrlclient.Client
+	recorder events.EventRecorder
+}
+
+func newReconciler(c ctrlclient.Client, rec events.EventRecorder) *Reconciler {
+	return &Reconciler{client: c, recorder: rec}
+}
+
+// wantsClaim reports whether the controller makes a claim for the pod: it names a template and
+// no claim, and is neither finished nor being deleted (a pod on its way out needs no GPUs).
+func wantsClaim(pod *corev1.Pod) (string, bool) {
+	if _, named := pod.Annotations[apiv1.AnnotationClaim]; named {
+		return "", false
+	}
+	template, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]
+	if !ok || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return "", false
+	}
+	return template, true
+}
+
+// Reconcile makes the claim of the pod req names if it needs one and it does not exist yet.
+// Problems a user must fix (no template, an invalid one, a claim of that name owned by someone
+// else) are reported as a Warning event on the pod and not retried: the template watch brings
+// the pod back when its template appears or changes.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	pod := &corev1.Pod{}
+	if err := r.client.Get(ctx, req.NamespacedName, pod); err != nil {
+		return reconcile.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	template, ok := wantsClaim(pod)
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "template", template)
+	name, err := apiv1.ClaimNameForPod(pod.Name, template)
+	if err != nil {
+		r.warn(pod, ReasonInvalidTemplate, "naming the claim for GpuClaimTemplate %q: %v", template, err)
+		return reconcile.Result{}, nil
+	}
+
+	existing := &apiv1.GpuClaim{}
+	err = r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, existing)
+	switch {
+	case err == nil:
+		if !controlledBy(existing, pod) {
+			r.warn(pod, ReasonClaimNameTaken, "GpuClaim %s/%s for GpuClaimTemplate %q exists and is not owned by this pod; it is not taken over: delete or rename it", pod.Namespace, name, template)
+		}
+		return reconcile.Result{}, nil
+	case !apierrors.IsNotFound(err):
+		return reconcile.Result{}, fmt.Errorf("reading GpuClaim %s/%s: %w", pod.Namespace, name, err)
+	}
+
+	tmpl := &apiv1.GpuClaimTemplate{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: template}, tmpl); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.warn(pod, ReasonTemplateNotFound, "GpuClaimTemplate %s/%s named in annotation %s does not exist; the pod stays Pending until it does", pod.Namespace, template, apiv1.AnnotationClaimTemplate)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("reading GpuClaimTemplate %s/%s: %w", pod.Namespace, template, err)
+	}
+
+	claim := claimFor(pod, tmpl, name)
+	if err := r.client.Create(ctx, claim); err != nil {
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// Made by an earlier reconcile the cache has not seen yet, or by someone else:
+			// look again once the cache has it.
+			return reconcile.Result{Requeue: true}, nil
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+			r.warn(pod, ReasonInvalidTemplate, "GpuClaim %s/%s made from GpuClaimTemplate %q was rejected: %v", pod.Namespace, name, template, err)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("creating GpuClaim %s/%s for pod %s from GpuClaimTemplate %q: %w", pod.Namespace, name, pod.Name, template, err)
+	}
+	logger.V(2).Info("Made the pod's GpuClaim from its template", "claim", klog.KObj(claim))
+	return reconcile.Result{}, nil
+}
+
+// claimFor is the claim of pod made from tmpl.
+func claimFor(pod *corev1.Pod, tmpl *apiv1.GpuClaimTemplate, name string) *apiv1.GpuClaim {
+	claim := &apiv1.GpuClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Namespace:   pod.Namespace,
+			Labels:      copyMap(tmpl.Spec.Metadata.Labels),
+			Annotations: copyMap(tmpl.Spec.Metadata.Annotations),
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion:         "v1",
+				Kind:               "Pod",
+				Name:               pod.Name,
+				UID:                pod.UID,
+				Controller:         ptr.To(true),
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: *tmpl.Spec.Spec.DeepCopy(),
+	}
+	return claim
+}
+
+// controlledBy reports whether pod is the claim's controller owner.
+func controlledBy(claim *apiv1.GpuClaim, pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(claim)
+	return ref != nil && ref.Kind == "Pod" && ref.UID == pod.UID
+}
+
+func (r *Reconciler) warn(pod *corev1.Pod, reason, format string, args ...any) {
+	r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "MakeClaim", format, args...)
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

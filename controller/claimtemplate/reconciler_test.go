@@ -1,0 +1,160 @@
+package claimtemplate
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+type env struct {
+	c      client.Client
+	r      *Reconciler
+	events *events.FakeRecorder
+}
+
+func newEnv(t *testing.T, objs ...client.Object) *env {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	rec := events.NewFakeRecorder(10)
+	return &env{c: c, r: newReconciler(c, rec), events: rec}
+}
+
+func (e *env) reconcile(t *testing.T, pod string) reconcile.Result {
+	t.Helper()
+	res, err := e.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: pod}})
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	return res
+}
+
+func (e *env) claim(t *testing.T, name string) (*apiv1.GpuClaim, bool) {
+	t.Helper()
+	c := &apiv1.GpuClaim{}
+	err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: name}, c)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, true
+}
+
+func (e *env) event(t *testing.T) string {
+	t.Helper()
+	select {
+	case ev := <-e.events.Events:
+		return ev
+	default:
+		return ""
+	}
+}
+
+func pod(name, template string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name),
+		Annotations: map[string]string{apiv1.AnnotationClaimTemplate: template}}}
+}
+
+func template(name string) *apiv1.GpuClaimTemplate {
+	return &apiv1.GpuClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: apiv1.GpuClaimTemplateSpec{
+		Metadata: apiv1.ClaimTemplateMetadata{Labels: map[string]string{"team": "ml"}, Annotations: map[string]string{"note": "x"}},
+		Spec:     apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 8, Policy: apiv1.PolicyContiguous}, GangRef: "train", GangSize: ptr.To[int32](4)},
+	}}
+}
+
+func TestMakesTheClaimOwnedByThePod(t *testing.T) {
+	e := newEnv(t, pod("train-0", "x8"), template("x8"))
+	e.reconcile(t, "train-0")
+	c, ok := e.claim(t, "train-0-x8")
+	if !ok {
+		t.Fatal("no claim train-0-x8 made")
+	}
+	if c.Spec.Devices.Count != 8 || c.Spec.GangRef != "train" || *c.Spec.GangSize != 4 {
+		t.Errorf("claim spec %+v, want the template's", c.Spec)
+	}
+	if c.Labels["team"] != "ml" || c.Annotations["note"] != "x" {
+		t.Errorf("claim labels %v annotations %v, want the template's", c.Labels, c.Annotations)
+	}
+	ref := metav1.GetControllerOf(c)
+	if ref == nil || ref.Kind != "Pod" || ref.Name != "train-0" || ref.UID != "uid-train-0" || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+		t.Errorf("owner %+v, want pod train-0 as controller blocking deletion", c.OwnerReferences)
+	}
+	// Reconciling again changes nothing and reports nothing.
+	e.reconcile(t, "train-0")
+	if ev := e.event(t); ev != "" {
+		t.Errorf("second reconcile reported %q", ev)
+	}
+}
+
+func TestMissingTemplateWarnsAndMakesNothing(t *testing.T) {
+	e := newEnv(t, pod("p", "nope"))
+	e.reconcile(t, "p")
+	if _, ok := e.claim(t, "p-nope"); ok {
+		t.Fatal("a claim was made without a template")
+	}
+	ev := e.event(t)
+	if !strings.Contains(ev, "Warning "+ReasonTemplateNotFound) || !strings.Contains(ev, "GpuClaimTemplate ns/nope") {
+		t.Fatalf("event %q, want a warning naming the template", ev)
+	}
+	// The template appears: the pod (brought back by the template watch) gets its claim.
+	if err := e.c.Create(context.Background(), template("nope")); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "p")
+	if _, ok := e.claim(t, "p-nope"); !ok {
+		t.Fatal("no claim once the template exists")
+	}
+}
+
+func TestClaimOwnedBySomeoneElseIsNotTakenOver(t *testing.T) {
+	foreign := &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-x8"}, Spec: apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}}
+	e := newEnv(t, pod("p", "x8"), template("x8"), foreign)
+	e.reconcile(t, "p")
+	c, _ := e.claim(t, "p-x8")
+	if len(c.OwnerReferences) != 0 || c.Spec.Devices.Count != 1 {
+		t.Fatalf("foreign claim changed: %+v", c)
+	}
+	if ev := e.event(t); !strings.Contains(ev, "Warning "+ReasonClaimNameTaken) || !strings.Contains(ev, "GpuClaim ns/p-x8") {
+		t.Fatalf("event %q, want a warning naming the claim", ev)
+	}
+}
+
+func TestPodsThatNeedNoClaim(t *testing.T) {
+	named := pod("named", "x8")
+	named.Annotations[apiv1.AnnotationClaim] = "mine"
+	done := pod("done", "x8")
+	done.Status.Phase = corev1.PodSucceeded
+	e := newEnv(t, named, done, template("x8"))
+	e.reconcile(t, "named")
+	e.reconcile(t, "done")
+	e.reconcile(t, "gone") // deleted before its claim was made: nothing to do
+	list := &apiv1.GpuClaimList{}
+	if err := e.c.List(context.Background(), list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Fatalf("claims made: %v", list.Items)
+	}
+}

@@ -1,0 +1,84 @@
+package claimtemplate
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// Options configure the controller.
+type Options struct {
+	// MaxConcurrentReconciles is how many pods are handled at once; default 4.
+	MaxConcurrentReconciles int
+}
+
+// templateIndex indexes pods by the template they name, "namespace/template", so that a
+// template that appears finds the pods waiting for it without listing every pod.
+const templateIndex = "gpu.scheduling/claim-template"
+
+// SetupWithManager registers the claim-template controller with a manager. It watches pods
+// that name a template, the claims they own (a claim deleted by hand is made again) and
+// templates (a template that appears or changes brings back the pods that wait for it). The
+// manager's scheme must hold api/v1 and core/v1.
+func SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	ctx := context.Background()
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, templateIndex, func(obj ctrlclient.Object) []string {
+		t, ok := obj.GetAnnotations()[apiv1.AnnotationClaimTemplate]
+		if !ok {
+			return nil
+		}
+		return []string{obj.GetNamespace() + "/" + t}
+	}); err != nil {
+		return fmt.Errorf("indexing pods by claim template: %w", err)
+	}
+	n := opts.MaxConcurrentReconciles
+	if n <= 0 {
+		n = 4
+	}
+	r := newReconciler(mgr.GetClient(), mgr.GetEventRecorder("gpu-claim-template-controller"))
+	templated := predicate.NewPredicateFuncs(func(obj ctrlclient.Object) bool {
+		_, ok := obj.GetAnnotations()[apiv1.AnnotationClaimTemplate]
+		return ok
+	})
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("gpuclaimtemplate").
+		For(&corev1.Pod{}, builder.WithPredicates(templated)).
+		Owns(&apiv1.GpuClaim{}).
+		Watches(&apiv1.GpuClaimTemplate{}, handler.EnqueueRequestsFromMapFunc(podsOfTemplate(mgr.GetClient()))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: n}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the claim-template controller: %w", err)
+	}
+	return nil
+}
+
+// podsOfTemplate maps a template to the pods that name it and have no claim of their own.
+func podsOfTemplate(c ctrlclient.Reader) handler.MapFunc {
+	return func(ctx context.Context, obj ctrlclient.Object) []reconcile.Request {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, ctrlclient.InNamespace(obj.GetNamespace()), ctrlclient.MatchingFields{templateIndex: obj.GetNamespace() + "/" + obj.GetName()}); err != nil {
+			klog.FromContext(ctx).Error(err, "Listing the pods of a GpuClaimTemplate", "template", klog.KObj(obj))
+			return nil
+		}
+		var out []reconcile.Request
+		for i := range pods.Items {
+			if _, ok := wantsClaim(&pods.Items[i]); ok {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pods.Items[i].Namespace, Name: pods.Items[i].Name}})
+			}
+		}
+		return out
+	}
+}
