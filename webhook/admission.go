@@ -34,6 +34,9 @@ var bindingsResource = metav1.GroupVersionResource{Version: "v1", Resource: "bin
 type Admitter struct {
 	Mode      EnvMode
 	Scheduler SchedulerIdentity
+	// SchedulerName is the pods' spec.schedulerName this release mutates (gpuv1.SchedulerName
+	// when empty).
+	SchedulerName string
 	// Resource, when its Name is set, adds the GPU resource to claim pods (resource.go).
 	Resource ResourceConfig
 }
@@ -80,7 +83,7 @@ func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest
 		if err := decodeObject(req.Object.Raw, pod); err != nil {
 			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{}
 		}
-		m = MutatePod(pod, a.Mode)
+		m = MutatePod(pod, a.Mode, a.SchedulerName)
 		if a.Resource.Name != "" {
 			ops, err := a.Resource.mutateResource(ctx, pod)
 			if err != nil {
@@ -96,7 +99,7 @@ func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest
 		if err := decodeObject(req.OldObject.Raw, old); err != nil {
 			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate ephemeral containers of pod %s/%s: old object: %w", req.Namespace, req.Name, err)), Outcome{}
 		}
-		m = MutateEphemeralContainers(old, pod, a.Mode)
+		m = MutateEphemeralContainers(old, pod, a.Mode, a.SchedulerName)
 	default:
 		// The spec is immutable after creation: there is nothing to add on other operations.
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Outcome{}

@@ -71,7 +71,7 @@ func FuzzDecodeAndAdmit(f *testing.F) {
 				if err := decodeObject(review.Request.OldObject.Raw, old); err != nil {
 					t.Fatalf("a patch was returned for an old object that does not decode: %v", err)
 				}
-				if again := MutateEphemeralContainers(old, got, a.Mode); len(again.Patch) != 0 {
+				if again := MutateEphemeralContainers(old, got, a.Mode, ""); len(again.Patch) != 0 {
 					t.Fatalf("ephemeral containers not idempotent: %+v", again.Patch)
 				}
 				continue
@@ -128,7 +128,7 @@ func FuzzMutatePod(f *testing.F) {
 				pod.Spec.Containers = append(pod.Spec.Containers, container)
 			}
 		}
-		m := MutatePod(pod, mode)
+		m := MutatePod(pod, mode, "")
 		got := applyPatch(t, pod, m.Patch)
 		checkMutated(t, got, mode)
 
@@ -196,7 +196,7 @@ func checkMutated(t *testing.T, pod *corev1.Pod, mode EnvMode) {
 			}
 		}
 	}
-	if again := MutatePod(pod, mode); len(again.Patch) != 0 {
+	if again := MutatePod(pod, mode, ""); len(again.Patch) != 0 {
 		t.Errorf("not idempotent: second patch %+v", again.Patch)
 	}
 }

@@ -101,16 +101,21 @@ func replacedWarning(field string, i, j int, name string) string {
 }
 
 // WantsGPUs reports whether the webhook mutates the pod: it names a GpuClaim, or a
-// GpuClaimTemplate from which its claim is made, or asks for the gpu-scheduler. Pods of the gpu-scheduler without a claim get the variables too; they resolve
-// to "" (no GPU) because the scheduler allocates nothing for them.
-func WantsGPUs(pod *corev1.Pod) bool {
+// GpuClaimTemplate from which its claim is made, or asks for our scheduler, schedulerName
+// (gpuv1.SchedulerName when empty; a release with another --scheduler-name leaves the other
+// release's pods alone). Pods of the scheduler without a claim get the variables too; they
+// resolve to "" (no GPU) because the scheduler allocates nothing for them.
+func WantsGPUs(pod *corev1.Pod, schedulerName string) bool {
 	if _, ok := pod.Annotations[gpuv1.AnnotationClaim]; ok {
 		return true
 	}
 	if _, ok := pod.Annotations[gpuv1.AnnotationClaimTemplate]; ok {
 		return true
 	}
-	return pod.Spec.SchedulerName == gpuv1.SchedulerName
+	if schedulerName == "" {
+		schedulerName = gpuv1.SchedulerName
+	}
+	return pod.Spec.SchedulerName == schedulerName
 }
 
 // Mutation is what the webhook does to one pod.
@@ -121,12 +126,12 @@ type Mutation struct {
 	Warnings []string
 }
 
-// MutatePod computes the JSON patch that points every container's visible-devices variables at
+// MutatePod computes, for a pod of schedulerName (see WantsGPUs), the JSON patch that points every container's visible-devices variables at
 // the allocation. It is idempotent: a pod it already mutated yields an empty patch, which is what
 // makes reinvocation (for containers added by later webhooks) safe.
-func MutatePod(pod *corev1.Pod, mode EnvMode) Mutation {
+func MutatePod(pod *corev1.Pod, mode EnvMode, schedulerName string) Mutation {
 	var m Mutation
-	if !WantsGPUs(pod) {
+	if !WantsGPUs(pod, schedulerName) {
 		return m
 	}
 	want := mode.Env()
@@ -146,9 +151,9 @@ func MutatePod(pod *corev1.Pod, mode EnvMode) Mutation {
 // subresource (kubectl debug): the ephemeral containers that oldPod does not have yet get the
 // variables. Existing ephemeral containers are left alone: the apiserver refuses any change to
 // them, and they were mutated when they were added.
-func MutateEphemeralContainers(oldPod, pod *corev1.Pod, mode EnvMode) Mutation {
+func MutateEphemeralContainers(oldPod, pod *corev1.Pod, mode EnvMode, schedulerName string) Mutation {
 	var m Mutation
-	if !WantsGPUs(pod) {
+	if !WantsGPUs(pod, schedulerName) {
 		return m
 	}
 	existing := make(map[string]bool, len(oldPod.Spec.EphemeralContainers))

@@ -224,7 +224,7 @@ func TestMutatePod(t *testing.T) {
 				mode = EnvModeCUDA
 			}
 			before := tc.pod.DeepCopy()
-			m := MutatePod(tc.pod, mode)
+			m := MutatePod(tc.pod, mode, "")
 			if diff := cmp.Diff(before, tc.pod); diff != "" {
 				t.Fatalf("MutatePod changed its input (-before +after):\n%s", diff)
 			}
@@ -244,7 +244,7 @@ func TestMutatePod(t *testing.T) {
 				}
 			}
 			// Idempotent: the patched pod needs nothing more (this is what reinvocation sees).
-			if again := MutatePod(got, mode); len(again.Patch) != 0 || len(again.Warnings) != 0 {
+			if again := MutatePod(got, mode, ""); len(again.Patch) != 0 || len(again.Warnings) != 0 {
 				t.Errorf("second run on the patched pod: patch %+v, warnings %q; want none", again.Patch, again.Warnings)
 			}
 		})
@@ -264,7 +264,7 @@ func envs(cs []corev1.Container) [][]corev1.EnvVar {
 
 func TestMutatePodPatchJSON(t *testing.T) {
 	// The exact bytes the apiserver receives for the common case.
-	m := MutatePod(gpuPod(nil, []corev1.EnvVar{env("A", "1")}), EnvModeCUDA)
+	m := MutatePod(gpuPod(nil, []corev1.EnvVar{env("A", "1")}), EnvModeCUDA, "")
 	got, err := json.Marshal(m.Patch)
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +313,7 @@ func TestMutateEphemeralContainers(t *testing.T) {
 	pod := old.DeepCopy()
 	pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers,
 		corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug-2", Env: []corev1.EnvVar{env("A", "1")}}})
-	m := MutateEphemeralContainers(old, pod, EnvModeCUDA)
+	m := MutateEphemeralContainers(old, pod, EnvModeCUDA, "")
 	want := []PatchOp{
 		{Op: "add", Path: "/spec/ephemeralContainers/1/env/0", Value: order},
 		{Op: "add", Path: "/spec/ephemeralContainers/1/env/0", Value: cudaRef},
@@ -325,11 +325,37 @@ func TestMutateEphemeralContainers(t *testing.T) {
 	if diff := cmp.Diff(append(cuda, env("A", "1")), got.Spec.EphemeralContainers[1].Env); diff != "" {
 		t.Errorf("env of the new ephemeral container (-want +got):\n%s", diff)
 	}
-	if again := MutateEphemeralContainers(old, got, EnvModeCUDA); len(again.Patch) != 0 {
+	if again := MutateEphemeralContainers(old, got, EnvModeCUDA, ""); len(again.Patch) != 0 {
 		t.Errorf("not idempotent: %+v", again.Patch)
 	}
 	plain := &corev1.Pod{Spec: corev1.PodSpec{EphemeralContainers: pod.Spec.EphemeralContainers}}
-	if m := MutateEphemeralContainers(&corev1.Pod{}, plain, EnvModeCUDA); len(m.Patch) != 0 {
+	if m := MutateEphemeralContainers(&corev1.Pod{}, plain, EnvModeCUDA, ""); len(m.Patch) != 0 {
 		t.Errorf("a pod that asks for no GPU was patched: %+v", m.Patch)
+	}
+}
+
+// A release with another scheduler name mutates its own pods and leaves the default release's
+// pods (and any other scheduler's) alone; a pod naming a claim is always a GPU pod.
+func TestWantsGPUsFollowsSchedulerName(t *testing.T) {
+	pod := func(scheduler string, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: ann}, Spec: corev1.PodSpec{SchedulerName: scheduler}}
+	}
+	for _, tc := range []struct {
+		pod  *corev1.Pod
+		ours string
+		want bool
+	}{
+		{pod("gpu-scheduler", nil), "", true},
+		{pod("gpu-scheduler", nil), "canary", false},
+		{pod("canary", nil), "canary", true},
+		{pod("canary", nil), "", false},
+		{pod("default-scheduler", map[string]string{gpuv1.AnnotationClaim: "c"}), "canary", true},
+	} {
+		if got := WantsGPUs(tc.pod, tc.ours); got != tc.want {
+			t.Errorf("WantsGPUs(schedulerName %q, ours %q) = %v, want %v", tc.pod.Spec.SchedulerName, tc.ours, got, tc.want)
+		}
+	}
+	if m := MutatePod(pod("gpu-scheduler", nil), EnvModeCUDA, "canary"); len(m.Patch) != 0 {
+		t.Errorf("the canary release mutated a pod of gpu-scheduler: %v", m.Patch)
 	}
 }

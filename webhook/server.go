@@ -49,6 +49,9 @@ type Config struct {
 	EnvMode EnvMode
 	// Scheduler is who may write the allocation annotations.
 	Scheduler SchedulerIdentity
+	// SchedulerName is the spec.schedulerName of the pods this release mutates
+	// (gpuv1.SchedulerName when empty).
+	SchedulerName string
 	// Resource adds the device plugin's GPU resource to claim pods when its Name is set.
 	Resource ResourceConfig
 	// MaxRequestBytes bounds a request body; larger bodies get 413.
@@ -129,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	return &Server{
 		cfg:      cfg,
-		admitter: &Admitter{Mode: cfg.EnvMode, Scheduler: cfg.Scheduler, Resource: cfg.Resource},
+		admitter: &Admitter{Mode: cfg.EnvMode, Scheduler: cfg.Scheduler, SchedulerName: cfg.SchedulerName, Resource: cfg.Resource},
 		metrics:  newServerMetrics(),
 		cert:     cert,
 		tls:      ctrl,

@@ -14,6 +14,7 @@ import (
 	"k8s.io/component-base/cli"
 	"k8s.io/klog/v2"
 
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
 )
@@ -46,9 +47,13 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig for reading GpuClaims with --resource-name; empty means in-cluster.")
 	fs.StringSliceVar(&o.cfg.Scheduler.Users, "scheduler-users", o.cfg.Scheduler.Users, "User names that may write the gpu.scheduling/allocated and gpu.scheduling/gpu-ids annotations (the scheduler's service account).")
 	fs.StringSliceVar(&o.cfg.Scheduler.Groups, "scheduler-groups", o.cfg.Scheduler.Groups, "Groups whose members may write the allocation annotations.")
+	fs.StringVar(&o.cfg.SchedulerName, "scheduler-name", gpuv1.SchedulerName, schedulerNameUsage)
 	fs.Int64Var(&o.cfg.MaxRequestBytes, "max-request-bytes", o.cfg.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
 	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace-period", o.cfg.ShutdownGrace, "How long in-flight requests may finish after SIGTERM.")
 }
+
+// schedulerNameUsage: the flag wins over $SCHEDULER_NAME, which wins over the default.
+const schedulerNameUsage = "spec.schedulerName of the pods to mutate (this release's scheduler; default $" + gpuv1.SchedulerNameEnv + ", then gpu-scheduler)."
 
 func newCommand() *cobra.Command {
 	o := newServeOptions()
@@ -62,6 +67,9 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			o.cfg.EnvMode = mode
+			if o.cfg.SchedulerName, err = gpuv1.ResolveSchedulerName(o.cfg.SchedulerName, cmd.Flags().Changed("scheduler-name"), os.Getenv); err != nil {
+				return err
+			}
 			if o.resourceName != "" {
 				if o.cfg.Resource, err = resourceConfig(o.resourceName, o.kubeconfig); err != nil {
 					return err
@@ -96,6 +104,10 @@ func newRenderCommand() *cobra.Command {
 		Short: "Print the MutatingWebhookConfiguration and ValidatingWebhookConfiguration as YAML",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if opts.SchedulerName, err = gpuv1.ResolveSchedulerName(opts.SchedulerName, cmd.Flags().Changed("scheduler-name"), os.Getenv); err != nil {
+				return err
+			}
 			ca, err := os.ReadFile(caFile)
 			if err != nil {
 				return fmt.Errorf("read CA bundle: %w", err)
@@ -125,6 +137,7 @@ func newRenderCommand() *cobra.Command {
 	fs.StringVar(&svcNamespace, "service-namespace", "", "Namespace of the Service; --namespace when empty.")
 	fs.Int32Var(&svcPort, "service-port", 443, "Port of the Service.")
 	fs.Int32Var(&opts.TimeoutSeconds, "timeout-seconds", manifests.DefaultTimeoutSeconds, "Per-call timeout the apiserver applies.")
+	fs.StringVar(&opts.SchedulerName, "scheduler-name", gpuv1.SchedulerName, schedulerNameUsage)
 	fs.StringSliceVar(&opts.ExcludeNamespaces, "exclude-namespaces", nil, "More namespaces the webhooks skip.")
 	// The server's flags, with the server's defaults: pass the values the server runs with. The
 	// scheduler's Bindings are not sent to the webhook, which would allow them.

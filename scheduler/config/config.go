@@ -23,6 +23,8 @@ type Options struct {
 	QPS            float32
 	LeaseNamespace string
 	NodeStrategy   string
+	// SchedulerName, when set, renames the profile (SetSchedulerName).
+	SchedulerName string
 	// PluginArgs overrides, merged over the shipped args (JSON field names).
 	PluginArgs map[string]any
 }
@@ -69,5 +71,9 @@ func Render(opts Options) ([]byte, error) {
 			pc.Args = runtime.RawExtension{Raw: js}
 		}
 	}
-	return yaml.Marshal(&cfg)
+	out, err := yaml.Marshal(&cfg)
+	if err != nil || opts.SchedulerName == "" {
+		return out, err
+	}
+	return SetSchedulerName(out, opts.SchedulerName)
 }

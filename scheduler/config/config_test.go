@@ -37,3 +37,34 @@ func TestRender(t *testing.T) {
 		t.Fatalf("plugin args %v", args)
 	}
 }
+
+func TestSetSchedulerName(t *testing.T) {
+	out, err := SetSchedulerName(DefaultYAML, "canary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg schedv1.KubeSchedulerConfiguration
+	if err := yaml.UnmarshalStrict(out, &cfg); err != nil {
+		t.Fatalf("renamed config does not decode: %v\n%s", err, out)
+	}
+	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName == nil || *cfg.Profiles[0].SchedulerName != "canary" {
+		t.Fatalf("profiles %+v, want one named canary", cfg.Profiles)
+	}
+	if cfg.LeaderElection.ResourceName != "canary" {
+		t.Fatalf("leader election lock %q: two releases would share it", cfg.LeaderElection.ResourceName)
+	}
+	if len(cfg.Profiles[0].PluginConfig) == 0 || cfg.Profiles[0].PluginConfig[0].Name != PluginName {
+		t.Fatalf("plugin config lost: %+v", cfg.Profiles[0].PluginConfig)
+	}
+	if _, err := SetSchedulerName([]byte("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"), "x"); err == nil {
+		t.Fatal("a configuration without our plugin was accepted")
+	}
+	// Render takes the name too.
+	r, err := Render(Options{SchedulerName: "team-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(r, &cfg); err != nil || *cfg.Profiles[0].SchedulerName != "team-b" {
+		t.Fatalf("Render with SchedulerName: %v %+v", err, cfg.Profiles)
+	}
+}

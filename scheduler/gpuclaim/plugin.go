@@ -358,7 +358,10 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 			if name, ok := claimName(pod); ok {
 				if c, err := p.claimLister.GpuClaims(pod.Namespace).Get(name); err == nil {
 					shared = c.Spec.Devices.Exclusivity == apiv1.Shared
-					p.status.bound(c, pod, alloc)
+					// Repair only our own claims: another release's scheduler keeps its own.
+					if p.ours(pod) {
+						p.status.bound(c, pod, alloc)
+					}
 				}
 			}
 			p.ledger.add(pod.UID, alloc.Node, alloc.IDs, shared, fromPod)
@@ -376,7 +379,20 @@ func (p *Plugin) podGone(pod *v1.Pod) {
 		p.gpusChanged(node)
 	}
 	p.ledger.forget(pod.UID)
-	p.enqueueRelease(podRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Claim: claimNameOrEmpty(pod)})
+	// Only our own pod's claim goes back to Pending here: another release's claim is its
+	// scheduler's to release (and that pod's leases are in the other release's namespace).
+	ref := podRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
+	if p.ours(pod) {
+		ref.Claim = claimNameOrEmpty(pod)
+	}
+	p.enqueueRelease(ref)
+}
+
+// ours reports whether pod is scheduled by this profile (the release's --scheduler-name). The
+// scheduler's pod informer sees every pod; two releases side by side must not write each
+// other's claims. A pod without a name (only in tests: the apiserver defaults it) counts as ours.
+func (p *Plugin) ours(pod *v1.Pod) bool {
+	return pod.Spec.SchedulerName == "" || p.handle == nil || pod.Spec.SchedulerName == p.handle.ProfileName()
 }
 
 // leasesOf lists the GPU leases naming a pod, from the informer cache.

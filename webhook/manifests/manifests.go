@@ -60,6 +60,9 @@ type Options struct {
 	TimeoutSeconds int32
 	// ExcludeNamespaces are skipped too, besides kube-system and Namespace.
 	ExcludeNamespaces []string
+	// SchedulerName is the spec.schedulerName whose pods are sent to /mutate (the webhook's
+	// --scheduler-name); gpuv1.SchedulerName when empty.
+	SchedulerName string
 	// Scheduler is the identity the webhook process lets write the allocation (its
 	// --scheduler-users and --scheduler-groups, or webhook.Config.Scheduler): pass the same
 	// one. The scheduler's Bindings are not sent to the webhook (see matchNotSchedulerBinding).
@@ -76,8 +79,19 @@ func (o *Options) scheduler() webhook.SchedulerIdentity {
 	return o.Scheduler
 }
 
+// schedulerName is o.SchedulerName, defaulted.
+func (o *Options) schedulerName() string {
+	if o.SchedulerName == "" {
+		return gpuv1.SchedulerName
+	}
+	return o.SchedulerName
+}
+
 func (o *Options) validate() error {
 	var errs []error
+	if err := celQuotable(o.schedulerName()); err != nil {
+		errs = append(errs, fmt.Errorf("scheduler name %q: %w", o.schedulerName(), err))
+	}
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("the webhook's namespace is required: it must be excluded from the webhooks"))
 	}
@@ -141,16 +155,21 @@ func celQuotable(name string) error {
 // allocation annotations are sent to /validate. Besides the load, this bounds what an outage
 // of the webhook (failurePolicy Fail) can block to exactly the requests it guards.
 var (
-	// MatchGPUPod: the pod names a claim or a claim template, or uses the gpu-scheduler
-	// (webhook.WantsGPUs).
-	MatchGPUPod = fmt.Sprintf("%s || %s || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')",
-		hasAnnotation("object", gpuv1.AnnotationClaim), hasAnnotation("object", gpuv1.AnnotationClaimTemplate), gpuv1.SchedulerName)
+	// MatchGPUPod is MatchGPUPodFor the default scheduler name.
+	MatchGPUPod = MatchGPUPodFor(gpuv1.SchedulerName)
 	// MatchWritesAllocation: a CREATE (pod or Binding) carries an allocation annotation, or an
 	// UPDATE sets, changes or removes one.
 	MatchWritesAllocation = fmt.Sprintf("request.operation == 'CREATE' ? (%s) : (%s)",
 		anyOf(webhook.ProtectedAnnotations, func(k string) string { return hasAnnotation("object", k) }),
 		anyOf(webhook.ProtectedAnnotations, changedAnnotation))
 )
+
+// MatchGPUPodFor: the pod names a claim or a claim template, or uses the scheduler
+// schedulerName (webhook.WantsGPUs). schedulerName must pass celQuotable (a DNS subdomain does).
+func MatchGPUPodFor(schedulerName string) string {
+	return fmt.Sprintf("%s || %s || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')",
+		hasAnnotation("object", gpuv1.AnnotationClaim), hasAnnotation("object", gpuv1.AnnotationClaimTemplate), schedulerName)
+}
 
 // matchNotSchedulerBinding is the condition that keeps the scheduler's Bindings away from
 // /validate: false for a Binding (pods/binding or bindings CREATE; request.kind is Binding for
@@ -267,7 +286,7 @@ func Render(o Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *
 			AdmissionReviewVersions: []string{"v1"},
 			// Containers that a later mutating webhook adds (sidecars) get the variables too.
 			ReinvocationPolicy: ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-			MatchConditions:    []admissionregistrationv1.MatchCondition{{Name: "gpu-pod", Expression: MatchGPUPod}},
+			MatchConditions:    []admissionregistrationv1.MatchCondition{{Name: "gpu-pod", Expression: MatchGPUPodFor(o.schedulerName())}},
 		}},
 	}
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{

@@ -213,6 +213,12 @@ func TestMatchConditions(t *testing.T) {
 			}
 		})
 	}
+	// A release named canary is sent the canary's pods, not gpu-scheduler's.
+	for sched, want := range map[string]bool{"canary": true, gpuv1.SchedulerName: false} {
+		if got := eval(t, MatchGPUPodFor("canary"), map[string]any{"object": obj(nil, map[string]any{"schedulerName": sched}), "oldObject": nil, "request": create}); got != want {
+			t.Errorf("canary release, pod of %q: matched %v, want %v", sched, got, want)
+		}
+	}
 
 	writes := []struct {
 		name     string
@@ -401,5 +407,20 @@ func TestRenderSchedulerIdentity(t *testing.T) {
 				t.Errorf("condition\n%s\nwant\n%s", got, tc.want)
 			}
 		})
+	}
+}
+
+// Render puts the release's scheduler name into the mutating webhook's match condition and
+// refuses one that cannot be quoted in CEL.
+func TestRenderSchedulerName(t *testing.T) {
+	m, _, err := Render(Options{Namespace: "canary", CABundle: []byte(testCA), URL: "https://127.0.0.1:1", SchedulerName: "canary"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Webhooks[0].MatchConditions[0].Expression, MatchGPUPodFor("canary"); got != want {
+		t.Fatalf("match condition %s, want %s", got, want)
+	}
+	if _, _, err := Render(Options{Namespace: "x", CABundle: []byte(testCA), URL: "https://127.0.0.1:1", SchedulerName: "a'b"}); err == nil || !strings.Contains(err.Error(), "scheduler name") {
+		t.Fatalf("a quote in the scheduler name: %v, want an error naming the scheduler name", err)
 	}
 }
