@@ -578,3 +578,19 @@ func TestClaimUpdateActivatesItsPods(t *testing.T) {
 		}
 	}
 }
+
+// The plugin writes claims only for pods of its own profile: a second release (another
+// --scheduler-name) next to it keeps its claims to itself.
+func TestOursFollowsTheProfileName(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	if got := e.p.handle.ProfileName(); got != "gpu-scheduler" {
+		t.Fatalf("test profile %q", got)
+	}
+	for name, want := range map[string]bool{"gpu-scheduler": true, "gpu-canary": false, "default-scheduler": false} {
+		p := gpuPod("p", "c")
+		p.Spec.SchedulerName = name
+		if got := e.p.ours(p); got != want {
+			t.Errorf("pod of %q: ours = %v, want %v", name, got, want)
+		}
+	}
+}
