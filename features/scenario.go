@@ -111,6 +111,7 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerWebhookSteps(sc)
 	registerValidationSteps(sc)
 	registerGpuWorkloadSteps(sc)
+	registerTemplateSteps(sc)
 }
 
 func (s *Suite) beforeScenario(ctx context.Context, p *godog.Scenario) (context.Context, error) {
@@ -163,6 +164,10 @@ func (st *scenario) cleanup(ctx context.Context) error {
 	// GpuWorkloads go before their pods, or their controller would make the pods again.
 	if err := s.gpu.GpuV1().GpuWorkloads(st.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("deleting the GpuWorkloads of namespace %s: %w", st.ns, err))
+	}
+	// So do the Jobs, Deployments and StatefulSets of the template scenarios.
+	if err := st.deletePodControllers(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	// Pods go first and at once, so the scheduler releases their leases while the nodes exist.
 	pods := s.kube.CoreV1().Pods(st.ns)

@@ -1,0 +1,327 @@
+package features
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/cucumber/godog"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+)
+
+// Steps about GpuClaimTemplates: pods, Jobs and Deployments that name one, and the claims the
+// gpu-controller makes for their pods.
+func registerTemplateSteps(sc *godog.ScenarioContext) {
+	sc.Step(`^GpuClaimTemplate "([^"]*)" for (\d+) GPUs?(?: is created)?$`, createTemplate)
+	sc.Step(`^pod "([^"]*)" uses claim template "([^"]*)"$`, podUsesTemplate)
+	sc.Step(`^pod "([^"]*)" has a GpuClaim made from template "([^"]*)" that it owns$`, podOwnsTemplateClaim)
+	sc.Step(`^the GpuClaim of pod "([^"]*)" from template "([^"]*)" is gone$`, templateClaimGone)
+	sc.Step(`^pod "([^"]*)" has a Warning event "([^"]*)" saying "(.*)"$`, podWarning)
+	sc.Step(`^(indexed|plain) Job "([^"]*)" runs (\d+) pods? at once for (\d+) seconds? each from claim template "([^"]*)"$`, createJob)
+	sc.Step(`^Job "([^"]*)" succeeds$`, jobSucceeds)
+	sc.Step(`^Deployment "([^"]*)" runs (\d+) pods? from claim template "([^"]*)"$`, createDeployment)
+	sc.Step(`^Deployment "([^"]*)" is rolled out again$`, rolloutDeployment)
+	sc.Step(`^the (\d+) live pods of (Job|Deployment) "([^"]*)" hold (\d+) GPUs? each from claims they own$`, controllerPodsHoldGPUs)
+	sc.Step(`^every GpuClaim left belongs to a live pod$`, claimsBelongToLivePods)
+}
+
+func createTemplate(ctx context.Context, name string, n int) error {
+	st := state(ctx)
+	t := &apiv1.GpuClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
+		Spec: apiv1.GpuClaimTemplateSpec{
+			Metadata: apiv1.ClaimTemplateMetadata{Labels: map[string]string{"made-from": name}},
+			Spec: apiv1.GpuClaimSpec{
+				Devices:  apiv1.DeviceRequest{Count: int32(n)},
+				Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{LabelScenario: st.id}},
+			},
+		},
+	}
+	if _, err := st.suite.gpu.GpuV1().GpuClaimTemplates(st.ns).Create(ctx, t, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating GpuClaimTemplate %s/%s: %w", st.ns, name, err)
+	}
+	return nil
+}
+
+// templatePodSpec is the pod template a controller stamps out: our scheduler, kwok's taint
+// tolerated, a short grace period.
+func templatePodSpec() corev1.PodSpec {
+	return corev1.PodSpec{
+		SchedulerName:                 apiv1.SchedulerName,
+		Containers:                    []corev1.Container{{Name: "main", Image: "registry.example/cuda:fake"}},
+		TerminationGracePeriodSeconds: ptr.To[int64](1),
+		Tolerations:                   []corev1.Toleration{{Key: "type", Operator: corev1.TolerationOpExists}},
+	}
+}
+
+func podUsesTemplate(ctx context.Context, name, template string) error {
+	st := state(ctx)
+	pod := st.newPod(name, "", podOptions{})
+	delete(pod.Annotations, apiv1.AnnotationClaim)
+	pod.Annotations[apiv1.AnnotationClaimTemplate] = template
+	return st.createPod(ctx, pod)
+}
+
+// checkOwnedClaim checks that pod has the claim made from template, owned by it.
+func (st *scenario) checkOwnedClaim(ctx context.Context, pod *corev1.Pod, template string) (bool, string, error) {
+	name, err := apiv1.ClaimNameForPod(pod.Name, template)
+	if err != nil {
+		return false, "", err
+	}
+	c, err := st.suite.gpu.GpuV1().GpuClaims(st.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Sprintf("GpuClaim %s: %v", name, err), nil
+	}
+	ref := metav1.GetControllerOf(c)
+	if ref == nil || ref.Kind != "Pod" || ref.UID != pod.UID || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+		return false, "", fmt.Errorf("GpuClaim %s is not controlled by pod %s (UID %s): owners %+v", name, pod.Name, pod.UID, c.OwnerReferences)
+	}
+	if c.Labels["made-from"] != template {
+		return false, "", fmt.Errorf("GpuClaim %s has labels %v, want the template's made-from=%s", name, c.Labels, template)
+	}
+	return true, "", nil
+}
+
+func podOwnsTemplateClaim(ctx context.Context, podName, template string) error {
+	st := state(ctx)
+	return eventually(ctx, waitBound, fmt.Sprintf("pod %s owns the GpuClaim made from template %s", podName, template), func(ctx context.Context) (bool, string, error) {
+		pod, err := st.getPod(ctx, podName)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return st.checkOwnedClaim(ctx, pod, template)
+	})
+}
+
+func templateClaimGone(ctx context.Context, podName, template string) error {
+	st := state(ctx)
+	name, err := apiv1.ClaimNameForPod(podName, template)
+	if err != nil {
+		return err
+	}
+	return eventually(ctx, waitBound, fmt.Sprintf("GpuClaim %s is deleted by the garbage collector", name), func(ctx context.Context) (bool, string, error) {
+		_, err := st.suite.gpu.GpuV1().GpuClaims(st.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, fmt.Sprintf("GpuClaim %s: err %v", name, err), nil
+	})
+}
+
+func podWarning(ctx context.Context, podName, reason, msg string) error {
+	st := state(ctx)
+	msg = st.expand(msg)
+	return eventually(ctx, waitBound, fmt.Sprintf("pod %s has a Warning event %s saying %q", podName, reason, msg), func(ctx context.Context) (bool, string, error) {
+		list, err := st.suite.kube.EventsV1().Events(st.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var seen []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind != "Pod" || e.Regarding.Name != podName {
+				continue
+			}
+			if e.Type == corev1.EventTypeWarning && e.Reason == reason && strings.Contains(e.Note, msg) {
+				return true, "", nil
+			}
+			seen = append(seen, e.Type+" "+e.Reason+": "+e.Note)
+		}
+		return false, "events: " + strings.Join(seen, "\n"), nil
+	})
+}
+
+func createJob(ctx context.Context, indexed, name string, n, seconds int, template string) error {
+	st := state(ctx)
+	mode := batchv1.NonIndexedCompletion
+	if indexed == "indexed" {
+		mode = batchv1.IndexedCompletion
+	}
+	spec := templatePodSpec()
+	spec.RestartPolicy = corev1.RestartPolicyNever
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
+		Spec: batchv1.JobSpec{
+			Completions:    ptr.To(int32(n)),
+			Parallelism:    ptr.To(int32(n)),
+			CompletionMode: &mode,
+			BackoffLimit:   ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+					apiv1.AnnotationClaimTemplate: template,
+					cluster.AnnotationDuration:    fmt.Sprintf("%ds", seconds),
+				}},
+				Spec: spec,
+			},
+		},
+	}
+	if _, err := st.suite.kube.BatchV1().Jobs(st.ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating Job %s/%s: %w", st.ns, name, err)
+	}
+	return nil
+}
+
+func jobSucceeds(ctx context.Context, name string) error {
+	st := state(ctx)
+	return eventually(ctx, waitSlow, fmt.Sprintf("Job %s succeeds", name), func(ctx context.Context) (bool, string, error) {
+		j, err := st.suite.kube.BatchV1().Jobs(st.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if j.Status.Failed > 0 {
+			return false, "", fmt.Errorf("Job %s has %d failed pods", name, j.Status.Failed)
+		}
+		return j.Spec.Completions != nil && j.Status.Succeeded == *j.Spec.Completions,
+			fmt.Sprintf("succeeded %d active %d\n%s", j.Status.Succeeded, j.Status.Active, st.describe(ctx)), nil
+	})
+}
+
+func createDeployment(ctx context.Context, name string, n int, template string) error {
+	st := state(ctx)
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(n)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			// One pod at a time goes away before its successor comes: the GPUs are few.
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels), Annotations: map[string]string{apiv1.AnnotationClaimTemplate: template}},
+				Spec:       templatePodSpec(),
+			},
+		},
+	}
+	if _, err := st.suite.kube.AppsV1().Deployments(st.ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating Deployment %s/%s: %w", st.ns, name, err)
+	}
+	return nil
+}
+
+func rolloutDeployment(ctx context.Context, name string) error {
+	st := state(ctx)
+	d, err := st.suite.kube.AppsV1().Deployments(st.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	d.Spec.Template.Annotations["rollout"] = "2"
+	_, err = st.suite.kube.AppsV1().Deployments(st.ns).Update(ctx, d, metav1.UpdateOptions{})
+	return err
+}
+
+// controllerPods lists the live pods of a Job or a Deployment.
+func (st *scenario) controllerPods(ctx context.Context, kind, name string) ([]corev1.Pod, error) {
+	sel := "app=" + name
+	if kind == "Job" {
+		sel = batchv1.JobNameLabel + "=" + name
+	}
+	list, err := st.suite.kube.CoreV1().Pods(st.ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil || !live(&p) }), nil
+}
+
+// controllerPodsHoldGPUs waits until the controller has n live pods, each bound with n GPUs from
+// the claim made for it from its template, and no two holding the same GPU. For a rollout the
+// pods must also all come from the newest pod template.
+func controllerPodsHoldGPUs(ctx context.Context, n int, kind, name string, gpus int) error {
+	st := state(ctx)
+	return eventually(ctx, waitSlow, fmt.Sprintf("%d pods of %s %s hold %d GPUs each", n, kind, name, gpus), func(ctx context.Context) (bool, string, error) {
+		pods, err := st.controllerPods(ctx, kind, name)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if kind == "Deployment" {
+			d, err := st.suite.kube.AppsV1().Deployments(st.ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			if d.Status.UpdatedReplicas != int32(n) || d.Status.Replicas != int32(n) {
+				return false, fmt.Sprintf("Deployment: %d replicas, %d updated", d.Status.Replicas, d.Status.UpdatedReplicas), nil
+			}
+		}
+		if len(pods) != n {
+			return false, fmt.Sprintf("%d live pods\n%s", len(pods), st.describe(ctx)), nil
+		}
+		seen := map[string]string{}
+		for i := range pods {
+			p := &pods[i]
+			if p.Spec.NodeName == "" {
+				return false, "pod " + p.Name + " not bound\n" + st.describe(ctx), nil
+			}
+			if ok, why, err := st.checkOwnedClaim(ctx, p, p.Annotations[apiv1.AnnotationClaimTemplate]); !ok {
+				return false, why, err
+			}
+			a, err := allocationOf(p)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			if len(a.IDs) != gpus {
+				return false, "", fmt.Errorf("pod %s holds %s, want %d GPUs", p.Name, a, gpus)
+			}
+			for _, id := range a.IDs {
+				k := fmt.Sprintf("%s/%d", a.Node, id)
+				if other, dup := seen[k]; dup {
+					return false, "", fmt.Errorf("GPU %s is held by both %s and %s", k, other, p.Name)
+				}
+				seen[k] = p.Name
+			}
+		}
+		return true, "", nil
+	})
+}
+
+// claimsBelongToLivePods waits until every GpuClaim of the namespace is owned by a pod that
+// exists: the garbage collector removed the claims of the pods that went away.
+func claimsBelongToLivePods(ctx context.Context) error {
+	st := state(ctx)
+	return eventually(ctx, waitBound, "every GpuClaim belongs to a live pod", func(ctx context.Context) (bool, string, error) {
+		claims, err := st.suite.gpu.GpuV1().GpuClaims(st.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		pods, err := st.suite.kube.CoreV1().Pods(st.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		uids := map[string]bool{}
+		for _, p := range pods.Items {
+			uids[string(p.UID)] = true
+		}
+		for _, c := range claims.Items {
+			ref := metav1.GetControllerOf(&c)
+			if ref == nil || !uids[string(ref.UID)] {
+				return false, "GpuClaim " + c.Name + " has no live owner", nil
+			}
+		}
+		return true, "", nil
+	})
+}
+
+// deletePodControllers deletes the Jobs, Deployments and StatefulSets of the scenario, so that
+// they make no more pods while the cleanup deletes them.
+func (st *scenario) deletePodControllers(ctx context.Context) error {
+	bg := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}
+	var errs []error
+	for what, del := range map[string]func() error{
+		"Jobs":         func() error { return st.suite.kube.BatchV1().Jobs(st.ns).DeleteCollection(ctx, bg, metav1.ListOptions{}) },
+		"Deployments":  func() error { return st.suite.kube.AppsV1().Deployments(st.ns).DeleteCollection(ctx, bg, metav1.ListOptions{}) },
+		"StatefulSets": func() error { return st.suite.kube.AppsV1().StatefulSets(st.ns).DeleteCollection(ctx, bg, metav1.ListOptions{}) },
+	} {
+		if err := del(); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting the %s of namespace %s: %w", what, st.ns, err))
+		}
+	}
+	return errors.Join(errs...)
+}

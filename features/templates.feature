@@ -1,0 +1,48 @@
+@templates
+Feature: Pods get GPUs from a GpuClaimTemplate, one claim per pod, cleaned up with the pod
+  A pod, or the pod template of a Job or a Deployment, names a GpuClaimTemplate in the
+  gpu.scheduling/claim-template annotation. The gpu-controller makes one GpuClaim per pod from
+  it, named "<pod>-<template>" and owned by the pod; the scheduler waits for that claim and
+  places the pod with it. When the pod goes away the garbage collector deletes the claim and
+  the scheduler releases the GPUs.
+
+  Scenario: A pod gets its own claim from a template, and pod, claim and leases go together
+    Given a cluster of 1 "dgx-a100" node
+    And GpuClaimTemplate "x2" for 2 GPUs
+    When pod "p" uses claim template "x2"
+    Then pod "p" has a GpuClaim made from template "x2" that it owns
+    And pod "p" is bound
+    When pod "p" is deleted
+    Then the GpuClaim of pod "p" from template "x2" is gone
+    And the GPU leases of pod "p" are released
+
+  Scenario: A missing template leaves the pod Pending with an event naming it, until it appears
+    Given a cluster of 1 "dgx-a100" node
+    When pod "q" uses claim template "later"
+    Then pod "q" has a Warning event "ClaimTemplateNotFound" saying "GpuClaimTemplate {namespace}/later named in annotation gpu.scheduling/claim-template does not exist"
+    And pod "q" is pending: "waiting for GpuClaim {namespace}/q-later to be made from GpuClaimTemplate later for pod q"
+    When GpuClaimTemplate "later" for 1 GPU is created
+    Then pod "q" has a GpuClaim made from template "later" that it owns
+    And pod "q" is bound
+
+  Scenario Outline: A <kind> Job's pods each get their own GPUs and leave nothing behind
+    Given a cluster of 1 "dgx-a100" node
+    And GpuClaimTemplate "x2" for 2 GPUs
+    When <kind> Job "train" runs 4 pods at once for 3 seconds each from claim template "x2"
+    Then the 4 live pods of Job "train" hold 2 GPUs each from claims they own
+    And Job "train" succeeds
+    And no GPU lease is held
+
+    Examples:
+      | kind     |
+      | indexed  |
+      | plain    |
+
+  Scenario: A Deployment's pods keep their own GPUs through a rollout, and old claims go away
+    Given a cluster of 1 "dgx-a100" node
+    And GpuClaimTemplate "x2" for 2 GPUs
+    When Deployment "serve" runs 2 pods from claim template "x2"
+    Then the 2 live pods of Deployment "serve" hold 2 GPUs each from claims they own
+    When Deployment "serve" is rolled out again
+    Then the 2 live pods of Deployment "serve" hold 2 GPUs each from claims they own
+    And every GpuClaim left belongs to a live pod
