@@ -186,7 +186,7 @@ func (st *scenario) noGPUHeldTwice(ctx context.Context) error {
 func claimOfPod(pods []corev1.Pod, name string) string {
 	for i := range pods {
 		if pods[i].Name == name {
-			return pods[i].Annotations[apiv1.AnnotationClaim]
+			return podClaimName(&pods[i])
 		}
 	}
 	return ""

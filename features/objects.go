@@ -230,7 +230,7 @@ func describePod(p *corev1.Pod) string {
 	}
 	return fmt.Sprintf("pod %s uid=%s node=%q phase=%s%s %s=%q %s=%q claim=%q%s", p.Name, p.UID, p.Spec.NodeName, p.Status.Phase, deleting,
 		apiv1.AnnotationAllocated, p.Annotations[apiv1.AnnotationAllocated], apiv1.AnnotationGPUIDs, p.Annotations[apiv1.AnnotationGPUIDs],
-		p.Annotations[apiv1.AnnotationClaim], cond)
+		podClaimName(p), cond)
 }
 
 func describeClaim(c *apiv1.GpuClaim) string {

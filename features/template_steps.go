@@ -325,3 +325,16 @@ func (st *scenario) deletePodControllers(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// podClaimName is the claim a pod uses: the one it names, or the one made for it from the
+// template it names.
+func podClaimName(pod *corev1.Pod) string {
+	if name, ok := pod.Annotations[apiv1.AnnotationClaim]; ok {
+		return name
+	}
+	if t, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]; ok {
+		name, _ := apiv1.ClaimNameForPod(pod.Name, t)
+		return name
+	}
+	return ""
+}

@@ -211,7 +211,7 @@ func (st *scenario) allocationRecorded(ctx context.Context, pod *corev1.Pod, a a
 			problems = append(problems, fmt.Sprintf("lease %s is held by %v, not by the pod's UID %s", lname, holders(l), pod.UID))
 		}
 	}
-	claimName := pod.Annotations[apiv1.AnnotationClaim]
+	claimName := podClaimName(pod)
 	claim, err := st.suite.gpu.GpuV1().GpuClaims(st.ns).Get(ctx, claimName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
