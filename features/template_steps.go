@@ -32,7 +32,10 @@ func registerTemplateSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^Job "([^"]*)" succeeds$`, jobSucceeds)
 	sc.Step(`^Deployment "([^"]*)" runs (\d+) pods? from claim template "([^"]*)"$`, createDeployment)
 	sc.Step(`^Deployment "([^"]*)" is rolled out again$`, rolloutDeployment)
-	sc.Step(`^the (\d+) live pods of (Job|Deployment) "([^"]*)" hold (\d+) GPUs? each from claims they own$`, controllerPodsHoldGPUs)
+	sc.Step(`^StatefulSet "([^"]*)" runs (\d+) pods? from claim template "([^"]*)"$`, createStatefulSet)
+	sc.Step(`^StatefulSet "([^"]*)" is scaled to (\d+)$`, scaleStatefulSet)
+	sc.Step(`^pod "([^"]*)" is deleted by hand and made again with a GpuClaim of its own from template "([^"]*)"$`, podRemade)
+	sc.Step(`^the (\d+) live pods of (Job|Deployment|StatefulSet) "([^"]*)" hold (\d+) GPUs? each from claims they own$`, controllerPodsHoldGPUs)
 	sc.Step(`^every GpuClaim left belongs to a live pod$`, claimsBelongToLivePods)
 }
 
@@ -221,7 +224,7 @@ func rolloutDeployment(ctx context.Context, name string) error {
 
 // controllerPods lists the live pods of a Job or a Deployment.
 func (st *scenario) controllerPods(ctx context.Context, kind, name string) ([]corev1.Pod, error) {
-	sel := "app=" + name
+	sel := "app=" + name // Deployments and StatefulSets
 	if kind == "Job" {
 		sel = batchv1.JobNameLabel + "=" + name
 	}
@@ -242,13 +245,24 @@ func controllerPodsHoldGPUs(ctx context.Context, n int, kind, name string, gpus 
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		if kind == "Deployment" {
+		var want map[string]string // the annotations of the newest pod template
+		switch kind {
+		case "Deployment":
 			d, err := st.suite.kube.AppsV1().Deployments(st.ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error(), nil
 			}
-			if d.Status.UpdatedReplicas != int32(n) || d.Status.Replicas != int32(n) {
-				return false, fmt.Sprintf("Deployment: %d replicas, %d updated", d.Status.Replicas, d.Status.UpdatedReplicas), nil
+			if d.Status.ObservedGeneration != d.Generation || d.Status.UpdatedReplicas != int32(n) || d.Status.Replicas != int32(n) {
+				return false, fmt.Sprintf("Deployment: generation %d observed %d, %d replicas, %d updated", d.Generation, d.Status.ObservedGeneration, d.Status.Replicas, d.Status.UpdatedReplicas), nil
+			}
+			want = d.Spec.Template.Annotations
+		case "StatefulSet":
+			s, err := st.suite.kube.AppsV1().StatefulSets(st.ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			if s.Status.ObservedGeneration != s.Generation || s.Status.Replicas != int32(n) {
+				return false, fmt.Sprintf("StatefulSet: generation %d observed %d, %d replicas", s.Generation, s.Status.ObservedGeneration, s.Status.Replicas), nil
 			}
 		}
 		if len(pods) != n {
@@ -257,6 +271,11 @@ func controllerPodsHoldGPUs(ctx context.Context, n int, kind, name string, gpus 
 		seen := map[string]string{}
 		for i := range pods {
 			p := &pods[i]
+			for k, v := range want {
+				if p.Annotations[k] != v {
+					return false, fmt.Sprintf("pod %s is from an older pod template (%s=%q)", p.Name, k, p.Annotations[k]), nil
+				}
+			}
 			if p.Spec.NodeName == "" {
 				return false, "pod " + p.Name + " not bound\n" + st.describe(ctx), nil
 			}
@@ -337,4 +356,64 @@ func podClaimName(pod *corev1.Pod) string {
 		return name
 	}
 	return ""
+}
+
+func createStatefulSet(ctx context.Context, name string, n int, template string) error {
+	st := state(ctx)
+	labels := map[string]string{"app": name}
+	s := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            ptr.To(int32(n)),
+			ServiceName:         name,
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector:            &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels), Annotations: map[string]string{apiv1.AnnotationClaimTemplate: template}},
+				Spec:       templatePodSpec(),
+			},
+		},
+	}
+	if _, err := st.suite.kube.AppsV1().StatefulSets(st.ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating StatefulSet %s/%s: %w", st.ns, name, err)
+	}
+	return nil
+}
+
+func scaleStatefulSet(ctx context.Context, name string, n int) error {
+	st := state(ctx)
+	s, err := st.suite.kube.AppsV1().StatefulSets(st.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	s.Spec.Replicas = ptr.To(int32(n))
+	_, err = st.suite.kube.AppsV1().StatefulSets(st.ns).Update(ctx, s, metav1.UpdateOptions{})
+	return err
+}
+
+// podRemade deletes a controller's pod and waits for its successor of the same name to be
+// bound with a claim of its own (the claim of the deleted pod has the same name: it must be
+// deleted by the garbage collector and made again, never shared).
+func podRemade(ctx context.Context, name, template string) error {
+	st := state(ctx)
+	old, err := st.getPod(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := st.suite.kube.CoreV1().Pods(st.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("deleting pod %s: %w", name, err)
+	}
+	return eventually(ctx, waitSlow, "pod "+name+" made again with a claim of its own", func(ctx context.Context) (bool, string, error) {
+		p, err := st.getPod(ctx, name)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if p.UID == old.UID || p.Spec.NodeName == "" {
+			return false, "pod " + name + " not yet made again and bound\n" + st.describe(ctx), nil
+		}
+		if _, err := allocationOf(p); err != nil {
+			return false, err.Error(), nil
+		}
+		return st.checkOwnedClaim(ctx, p, template)
+	})
 }

@@ -46,3 +46,15 @@ Feature: Pods get GPUs from a GpuClaimTemplate, one claim per pod, cleaned up wi
     When Deployment "serve" is rolled out again
     Then the 2 live pods of Deployment "serve" hold 2 GPUs each from claims they own
     And every GpuClaim left belongs to a live pod
+
+  Scenario: A StatefulSet's pods keep their claims by ordinal; scale-down and a deleted pod clean up
+    Given a cluster of 1 "dgx-a100" node
+    And GpuClaimTemplate "x2" for 2 GPUs
+    When StatefulSet "shard" runs 3 pods from claim template "x2"
+    Then the 3 live pods of StatefulSet "shard" hold 2 GPUs each from claims they own
+    When StatefulSet "shard" is scaled to 2
+    Then the GpuClaim of pod "shard-2" from template "x2" is gone
+    And the 2 live pods of StatefulSet "shard" hold 2 GPUs each from claims they own
+    When pod "shard-0" is deleted by hand and made again with a GpuClaim of its own from template "x2"
+    Then the 2 live pods of StatefulSet "shard" hold 2 GPUs each from claims they own
+    And every GpuClaim left belongs to a live pod

@@ -158,3 +158,24 @@ func TestPodsThatNeedNoClaim(t *testing.T) {
 		t.Fatalf("claims made: %v", list.Items)
 	}
 }
+
+// A StatefulSet pod deleted and made again has the same name: the claim of the earlier pod is
+// left to the garbage collector, without a warning, and the new pod gets its own once it is gone.
+func TestClaimOfAnEarlierPodOfTheSameName(t *testing.T) {
+	old := pod("shard-0", "x8")
+	old.UID = "uid-old"
+	stale := claimFor(old, template("x8"), "shard-0-x8")
+	e := newEnv(t, pod("shard-0", "x8"), template("x8"), stale)
+	e.reconcile(t, "shard-0")
+	if ev := e.event(t); ev != "" {
+		t.Fatalf("event %q for the claim of the earlier pod", ev)
+	}
+	if err := e.c.Delete(context.Background(), stale); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "shard-0")
+	c, ok := e.claim(t, "shard-0-x8")
+	if !ok || metav1.GetControllerOf(c).UID != "uid-shard-0" {
+		t.Fatalf("claim %+v, want one owned by the new pod", c)
+	}
+}

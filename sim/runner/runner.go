@@ -301,6 +301,11 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		if sched, err = launch.StartScheduler(ctx, c, schedOpts); err != nil {
 			return nil, err
 		}
+		// gpu-controller makes the claims of pods that name a GpuClaimTemplate (and runs
+		// GpuWorkloads); one small process, idle when a scenario uses neither.
+		if _, err := launch.StartController(ctx, c, launch.ControllerOptions{}); err != nil {
+			return nil, err
+		}
 		bar.phase(fmt.Sprintf("creating %d GpuClaims", len(plan)))
 		if err := createClaims(ctx, gcs, plan, ns, run); err != nil {
 			return nil, err
