@@ -334,9 +334,15 @@ func (st *scenario) deletePodControllers(ctx context.Context) error {
 	bg := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}
 	var errs []error
 	for what, del := range map[string]func() error{
-		"Jobs":         func() error { return st.suite.kube.BatchV1().Jobs(st.ns).DeleteCollection(ctx, bg, metav1.ListOptions{}) },
-		"Deployments":  func() error { return st.suite.kube.AppsV1().Deployments(st.ns).DeleteCollection(ctx, bg, metav1.ListOptions{}) },
-		"StatefulSets": func() error { return st.suite.kube.AppsV1().StatefulSets(st.ns).DeleteCollection(ctx, bg, metav1.ListOptions{}) },
+		"Jobs": func() error {
+			return st.suite.kube.BatchV1().Jobs(st.ns).DeleteCollection(ctx, bg, metav1.ListOptions{})
+		},
+		"Deployments": func() error {
+			return st.suite.kube.AppsV1().Deployments(st.ns).DeleteCollection(ctx, bg, metav1.ListOptions{})
+		},
+		"StatefulSets": func() error {
+			return st.suite.kube.AppsV1().StatefulSets(st.ns).DeleteCollection(ctx, bg, metav1.ListOptions{})
+		},
 	} {
 		if err := del(); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting the %s of namespace %s: %w", what, st.ns, err))
