@@ -572,3 +572,7 @@ func (c *ledger) claimReservedFor(claimKey string) (types.UID, bool) {
 	uid, ok := c.claims[claimKey]
 	return uid, ok
 }
+
+// NodeFromStatus is nodeFromStatus for tools outside the scheduler (kubectl gpu) that must
+// see a node exactly as the allocator does.
+func NodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node { return nodeFromStatus(gns) }

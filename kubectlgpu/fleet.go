@@ -1,0 +1,244 @@
+// Package kubectlgpu implements the kubectl gpu plugin: read-only views of the GPU fleet built
+// from GpuNodeStatus objects, GPU leases and GpuClaims, computed with the scheduler's own
+// conversion (gpuclaim.NodeFromStatus) so the CLI and the scheduler agree on what is free.
+package kubectlgpu
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim"
+)
+
+// GPUView is one GPU as the operator sees it.
+type GPUView struct {
+	ID            int    `json:"id"`
+	Island        string `json:"island,omitempty"`
+	Product       string `json:"product,omitempty"`
+	Health        string `json:"health"`
+	Reason        string `json:"reason,omitempty"`
+	BandwidthGBps int    `json:"bandwidthGBps,omitempty"`
+	// Holders are namespace/name of the pods holding the GPU's lease.
+	Holders []string `json:"holders,omitempty"`
+	Free    bool     `json:"free"`
+}
+
+// NodeView is one node's GPUs.
+type NodeView struct {
+	Name string    `json:"name"`
+	Pool string    `json:"pool,omitempty"`
+	GPUs []GPUView `json:"gpus"`
+}
+
+// Fleet is the state every command summarises.
+type Fleet struct {
+	Nodes  []NodeView
+	Claims []apiv1.GpuClaim
+}
+
+// Load reads GpuNodeStatus objects, GPU leases, nodes and claims (claims in namespace ns, or
+// all namespaces when ns is "").
+func Load(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, ns string) (*Fleet, error) {
+	var statuses []apiv1.GpuNodeStatus
+	if err := listCustom(ctx, dc, "gpunodestatuses", "", &statuses); err != nil {
+		return nil, err
+	}
+	var claims []apiv1.GpuClaim
+	if err := listCustom(ctx, dc, "gpuclaims", ns, &claims); err != nil {
+		return nil, err
+	}
+	leases, err := kc.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
+	if err != nil {
+		return nil, fmt.Errorf("listing GPU leases: %w", err)
+	}
+	nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pools := map[string]string{}
+	for _, n := range nodes.Items {
+		pools[n.Name] = n.Labels[apiv1.LabelTopology]
+	}
+	f := &Fleet{Claims: claims}
+	f.Nodes = Build(statuses, leases.Items, pools)
+	sort.Slice(f.Claims, func(i, j int) bool {
+		a, b := f.Claims[i], f.Claims[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	return f, nil
+}
+
+// listCustom lists one of our custom resources and converts the items into out.
+func listCustom[T any](ctx context.Context, dc dynamic.Interface, resource, ns string, out *[]T) error {
+	list, err := dc.Resource(apiv1.SchemeGroupVersion.WithResource(resource)).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", resource, err)
+	}
+	for i := range list.Items {
+		var v T
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &v); err != nil {
+			return fmt.Errorf("decoding %s %s: %w", resource, list.Items[i].GetName(), err)
+		}
+		*out = append(*out, v)
+	}
+	return nil
+}
+
+// Build joins GpuNodeStatus objects with leases: a GPU is held when a lease names it, free when
+// it is healthy and unheld (the allocator's rule, applied to the allocator's own node model).
+func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools map[string]string) []NodeView {
+	holders := map[string]map[int][]string{}
+	for _, l := range leases {
+		node := l.Labels[apiv1.LabelLeaseNode]
+		id, err := strconv.Atoi(l.Labels[apiv1.LabelLeaseGPU])
+		if node == "" || err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			continue
+		}
+		who := l.Labels[apiv1.LabelPodNamespace] + "/" + l.Labels[apiv1.LabelPodName]
+		if l.Labels[apiv1.LabelPodName] == "" {
+			who = *l.Spec.HolderIdentity
+		}
+		if holders[node] == nil {
+			holders[node] = map[int][]string{}
+		}
+		holders[node][id] = append(holders[node][id], who)
+	}
+	var out []NodeView
+	for i := range statuses {
+		gns := &statuses[i]
+		an := gpuclaim.NodeFromStatus(gns)
+		byID := map[int32]apiv1.Device{}
+		for _, d := range gns.Status.Devices {
+			byID[d.ID] = d
+		}
+		nv := NodeView{Name: an.Name, Pool: pools[an.Name]}
+		for _, g := range an.GPUs {
+			d := byID[int32(g.ID)]
+			h := holders[an.Name][g.ID]
+			sort.Strings(h)
+			nv.GPUs = append(nv.GPUs, GPUView{
+				ID: g.ID, Island: g.Island, Product: d.Product, Health: g.Health.String(), Reason: d.Reason,
+				BandwidthGBps: g.BandwidthGBps, Holders: h,
+				Free: g.Health == allocator.Healthy && len(h) == 0,
+			})
+		}
+		out = append(out, nv)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// islandKey groups GPUs like the allocator: an empty island is an island of its own.
+func islandKey(g GPUView) string {
+	if g.Island == "" {
+		return "#" + strconv.Itoa(g.ID)
+	}
+	return g.Island
+}
+
+// Summary is the fleet at a glance, one row per model and pool.
+type Summary struct {
+	Rows          []SummaryRow   `json:"rows"`
+	ClaimsByPhase map[string]int `json:"claimsByPhase"`
+	// Fragmented is the number of free GPUs in islands where some GPU is held.
+	Fragmented int `json:"fragmentedFreeGPUs"`
+}
+
+// SummaryRow counts the GPUs of one model in one node pool.
+type SummaryRow struct {
+	Model     string `json:"model"`
+	Pool      string `json:"pool"`
+	Nodes     int    `json:"nodes"`
+	Total     int    `json:"total"`
+	Allocated int    `json:"allocated"`
+	Free      int    `json:"free"`
+	Unhealthy int    `json:"unhealthy"`
+}
+
+// Summarise computes the status view.
+func Summarise(f *Fleet) Summary {
+	s := Summary{ClaimsByPhase: map[string]int{}}
+	rows := map[[2]string]*SummaryRow{}
+	for _, n := range f.Nodes {
+		seen := map[[2]string]bool{}
+		islands := map[string][2]int{} // free, held
+		for _, g := range n.GPUs {
+			model := g.Product
+			if model == "" {
+				model = "unknown"
+			}
+			pool := n.Pool
+			if pool == "" {
+				pool = "-"
+			}
+			k := [2]string{model, pool}
+			r := rows[k]
+			if r == nil {
+				r = &SummaryRow{Model: model, Pool: pool}
+				rows[k] = r
+			}
+			if !seen[k] {
+				seen[k] = true
+				r.Nodes++
+			}
+			r.Total++
+			c := islands[islandKey(g)]
+			switch {
+			case len(g.Holders) > 0:
+				r.Allocated++
+				c[1]++
+			case g.Free:
+				r.Free++
+				c[0]++
+			}
+			if g.Health == allocator.Unhealthy.String() {
+				r.Unhealthy++
+			}
+			islands[islandKey(g)] = c
+		}
+		for _, c := range islands {
+			if c[1] > 0 {
+				s.Fragmented += c[0]
+			}
+		}
+	}
+	for _, r := range rows {
+		s.Rows = append(s.Rows, *r)
+	}
+	sort.Slice(s.Rows, func(i, j int) bool {
+		if s.Rows[i].Model != s.Rows[j].Model {
+			return s.Rows[i].Model < s.Rows[j].Model
+		}
+		return s.Rows[i].Pool < s.Rows[j].Pool
+	})
+	for _, c := range f.Claims {
+		p := string(c.Status.Phase)
+		if p == "" {
+			p = string(apiv1.ClaimPending)
+		}
+		s.ClaimsByPhase[p]++
+	}
+	return s
+}
+
+func joinIDs(ids []int32) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.Itoa(int(id))
+	}
+	return strings.Join(parts, ",")
+}

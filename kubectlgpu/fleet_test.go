@@ -1,0 +1,65 @@
+package kubectlgpu
+
+import (
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+func lease(node, gpu, ns, pod string) coordinationv1.Lease {
+	holder := "uid-" + pod
+	return coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-" + node + "-" + gpu, Labels: map[string]string{
+			apiv1.LabelLeaseNode: node, apiv1.LabelLeaseGPU: gpu,
+			apiv1.LabelPodNamespace: ns, apiv1.LabelPodName: pod,
+		}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	}
+}
+
+func node(name string, devs ...apiv1.Device) apiv1.GpuNodeStatus {
+	return apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: apiv1.GpuNodeStatusSpec{NodeName: name},
+		Status: apiv1.GpuNodeStatusStatus{Devices: devs}}
+}
+
+func dev(id int32, island string, h apiv1.Health) apiv1.Device {
+	return apiv1.Device{ID: id, Island: island, Health: h, Product: "H100", BandwidthGBps: 900}
+}
+
+func TestSummarise(t *testing.T) {
+	statuses := []apiv1.GpuNodeStatus{
+		// n1: island a has one held GPU and one free (fragmented), island b is whole and free.
+		node("n1", dev(0, "a", apiv1.Healthy), dev(1, "a", apiv1.Healthy), dev(2, "b", apiv1.Healthy), dev(3, "b", apiv1.Healthy)),
+		// n2: one unhealthy, one held, in the same island: no free GPU to count as fragmented.
+		node("n2", dev(0, "a", apiv1.Unhealthy), dev(1, "a", apiv1.Healthy)),
+	}
+	leases := []coordinationv1.Lease{lease("n1", "0", "ml", "train"), lease("n2", "1", "ml", "eval"), lease("gone", "0", "ml", "x")}
+	f := &Fleet{
+		Nodes: Build(statuses, leases, map[string]string{"n1": "dgx-h100", "n2": "dgx-h100"}),
+		Claims: []apiv1.GpuClaim{
+			{Status: apiv1.GpuClaimStatus{Phase: apiv1.ClaimBound}},
+			{Status: apiv1.GpuClaimStatus{Phase: apiv1.ClaimBound}},
+			{},
+		},
+	}
+	s := Summarise(f)
+	if len(s.Rows) != 1 {
+		t.Fatalf("rows = %+v, want one row for H100/dgx-h100", s.Rows)
+	}
+	want := SummaryRow{Model: "H100", Pool: "dgx-h100", Nodes: 2, Total: 6, Allocated: 2, Free: 3, Unhealthy: 1}
+	if s.Rows[0] != want {
+		t.Errorf("row = %+v, want %+v", s.Rows[0], want)
+	}
+	if s.Fragmented != 1 {
+		t.Errorf("fragmented = %d, want 1", s.Fragmented)
+	}
+	if s.ClaimsByPhase["Bound"] != 2 || s.ClaimsByPhase["Pending"] != 1 {
+		t.Errorf("claims by phase = %v, want Bound=2 Pending=1", s.ClaimsByPhase)
+	}
+	if got := f.Nodes[0].GPUs[0].Holders; len(got) != 1 || got[0] != "ml/train" {
+		t.Errorf("holders of n1/0 = %v, want [ml/train]", got)
+	}
+}

@@ -1,0 +1,90 @@
+package kubectlgpu
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+func newNodesCommand(o *Options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "nodes [NODE]",
+		Short: "Per-node GPU map: islands, holders, health, link bandwidth",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := o.load(cmd.Context())
+			if err != nil {
+				return err
+			}
+			nodes := f.Nodes
+			if len(args) == 1 {
+				nodes = nil
+				for _, n := range f.Nodes {
+					if n.Name == args[0] {
+						nodes = append(nodes, n)
+					}
+				}
+				if len(nodes) == 0 {
+					return fmt.Errorf("node %q has no GpuNodeStatus", args[0])
+				}
+			}
+			if done, err := o.printData(o.IO.Out, nodes); done || err != nil {
+				return err
+			}
+			return printNodes(o.IO.Out, nodes, o.Output == "wide", isTerminal(o.IO.Out))
+		},
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// printNodes writes one line per GPU, grouped by node and island; colour marks free (green),
+// held (yellow) and unhealthy (red) GPUs on a terminal only.
+func printNodes(out io.Writer, nodes []NodeView, wide, colour bool) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	head := "NODE\tISLAND\tGPU\tSTATE\tHOLDER\tLINK"
+	if wide {
+		head += "\tMODEL\tREASON"
+	}
+	fmt.Fprintln(w, head)
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			state, code := "free", "32"
+			switch {
+			case g.Health != "Healthy":
+				state, code = strings.ToLower(g.Health), "31"
+			case len(g.Holders) > 0:
+				state, code = "held", "33"
+			}
+			if colour {
+				state = "\x1b[" + code + "m" + state + "\x1b[0m"
+			}
+			holder := strings.Join(g.Holders, ",")
+			if holder == "" {
+				holder = "-"
+			}
+			island := g.Island
+			if island == "" {
+				island = "-"
+			}
+			line := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%dGB/s", n.Name, island, g.ID, state, holder, g.BandwidthGBps)
+			if wide {
+				reason := g.Reason
+				if reason == "" {
+					reason = "-"
+				}
+				line += "\t" + g.Product + "\t" + reason
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+	return w.Flush()
+}

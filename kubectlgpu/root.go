@@ -1,0 +1,106 @@
+package kubectlgpu
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Options are shared by every subcommand: kubectl's connection flags and the output format.
+type Options struct {
+	Flags  *genericclioptions.ConfigFlags
+	IO     genericiooptions.IOStreams
+	Output string
+	All    bool
+}
+
+// NewCommand returns the kubectl-gpu root command.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &Options{Flags: genericclioptions.NewConfigFlags(true), IO: streams}
+	root := &cobra.Command{
+		Use:           "kubectl-gpu",
+		Short:         "Inspect the GPU fleet managed by gpu-scheduler",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	o.Flags.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().BoolVarP(&o.All, "all-namespaces", "A", false, "list claims in all namespaces")
+	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "output format: wide, json or yaml")
+	root.AddCommand(newStatusCommand(o), newNodesCommand(o), newClaimsCommand(o))
+	return root
+}
+
+// clients builds the clients from kubectl's flags.
+func (o *Options) clients() (kubernetes.Interface, dynamic.Interface, error) {
+	cfg, err := o.Flags.ToRESTConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading kubeconfig: %w", err)
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("building a client: %w", err)
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("building a dynamic client: %w", err)
+	}
+	return kc, dc, nil
+}
+
+// namespace is the claims namespace: "" for -A, else -n or the kubeconfig's namespace.
+func (o *Options) namespace() (string, error) {
+	if o.All {
+		return "", nil
+	}
+	ns, _, err := o.Flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", fmt.Errorf("reading namespace from kubeconfig: %w", err)
+	}
+	return ns, nil
+}
+
+func (o *Options) load(ctx context.Context) (*Fleet, error) {
+	kc, dc, err := o.clients()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := o.namespace()
+	if err != nil {
+		return nil, err
+	}
+	return Load(ctx, kc, dc, ns)
+}
+
+// printData writes v as JSON or YAML when asked; it reports whether it did.
+func (o *Options) printData(w io.Writer, v any) (bool, error) {
+	var p printers.ResourcePrinter
+	switch o.Output {
+	case "", "wide":
+		return false, nil
+	case "json":
+		p = &printers.JSONPrinter{}
+	case "yaml":
+		p = &printers.YAMLPrinter{}
+	default:
+		return false, fmt.Errorf("unknown --output %q: want wide, json or yaml", o.Output)
+	}
+	return true, p.PrintObj(&runtime.Unknown{Raw: mustJSON(v), ContentType: runtime.ContentTypeJSON}, w)
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Every value printed here is plain data built by this package.
+		panic(fmt.Sprintf("kubectl gpu: encoding output: %v", err))
+	}
+	return b
+}
