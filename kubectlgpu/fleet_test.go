@@ -63,3 +63,15 @@ func TestSummarise(t *testing.T) {
 		t.Errorf("holders of n1/0 = %v, want [ml/train]", got)
 	}
 }
+
+func TestUnhealthy(t *testing.T) {
+	bad := dev(1, "a", apiv1.Unhealthy)
+	bad.Reason = "Xid 79"
+	nodes := Build([]apiv1.GpuNodeStatus{node("n1", dev(0, "a", apiv1.Healthy), bad)},
+		[]coordinationv1.Lease{lease("n1", "1", "ml", "train")}, nil)
+	got := Unhealthy(nodes)
+	want := UnhealthyGPU{Node: "n1", ID: 1, Model: "H100", Health: "Unhealthy", Reason: "Xid 79", Holder: "ml/train"}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("Unhealthy = %+v, want [%+v]", got, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -81,6 +82,14 @@ func TestKubectlGPUGolden(t *testing.T) {
 
 	golden(t, "kubectl-gpu-nodes", runGPU(t, "nodes", node))
 	golden(t, "kubectl-gpu-nodes-wide", runGPU(t, "nodes", node, "-o", "wide"))
+	// health lists every node of the shared cluster: keep only this test's node.
+	var mine []string
+	for _, line := range strings.Split(runGPU(t, "health"), "\n") {
+		if strings.HasPrefix(line, node+" ") {
+			mine = append(mine, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	golden(t, "kubectl-gpu-health", strings.Join(mine, "\n")+"\n")
 	age := regexp.MustCompile(`\s+\d+[smh]\s+`)
 	golden(t, "kubectl-gpu-claims", age.ReplaceAllString(runGPU(t, "claims", "-n", ns), " <age> "))
 }
