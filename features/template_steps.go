@@ -24,6 +24,8 @@ import (
 // gpu-controller makes for their pods.
 func registerTemplateSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^GpuClaimTemplate "([^"]*)" for (\d+) GPUs?(?: is created)?$`, createTemplate)
+	sc.Step(`^GpuClaimTemplate "([^"]*)" for (\d+) GPUs? in a gang of (\d+)$`, createGangTemplate)
+	sc.Step(`^no pod of Job "([^"]*)" is bound$`, noJobPodBound)
 	sc.Step(`^pod "([^"]*)" uses claim template "([^"]*)"$`, podUsesTemplate)
 	sc.Step(`^pod "([^"]*)" has a GpuClaim made from template "([^"]*)" that it owns$`, podOwnsTemplateClaim)
 	sc.Step(`^the GpuClaim of pod "([^"]*)" from template "([^"]*)" is gone$`, templateClaimGone)
@@ -40,6 +42,15 @@ func registerTemplateSteps(sc *godog.ScenarioContext) {
 }
 
 func createTemplate(ctx context.Context, name string, n int) error {
+	return createTemplateGang(ctx, name, n, 0)
+}
+
+// createGangTemplate makes a template whose claims form the gang named after the template.
+func createGangTemplate(ctx context.Context, name string, n, size int) error {
+	return createTemplateGang(ctx, name, n, size)
+}
+
+func createTemplateGang(ctx context.Context, name string, n, gangSize int) error {
 	st := state(ctx)
 	t := &apiv1.GpuClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
@@ -50,6 +61,10 @@ func createTemplate(ctx context.Context, name string, n int) error {
 				Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{LabelScenario: st.id}},
 			},
 		},
+	}
+	if gangSize > 0 {
+		t.Spec.Spec.GangRef = name
+		t.Spec.Spec.GangSize = ptr.To(int32(gangSize))
 	}
 	if _, err := st.suite.gpu.GpuV1().GpuClaimTemplates(st.ns).Create(ctx, t, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating GpuClaimTemplate %s/%s: %w", st.ns, name, err)
@@ -421,5 +436,43 @@ func podRemade(ctx context.Context, name, template string) error {
 			return false, err.Error(), nil
 		}
 		return st.checkOwnedClaim(ctx, p, template)
+	})
+}
+
+// noJobPodBound waits until the Job has its pods, each with its claim, and checks none is bound
+// (a gang that cannot be placed whole places nobody).
+func noJobPodBound(ctx context.Context, name string) error {
+	st := state(ctx)
+	return eventually(ctx, waitBound, "the pods of Job "+name+" exist with their claims, none bound", func(ctx context.Context) (bool, string, error) {
+		j, err := st.suite.kube.BatchV1().Jobs(st.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		pods, err := st.controllerPods(ctx, "Job", name)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if len(pods) != int(*j.Spec.Parallelism) {
+			return false, fmt.Sprintf("%d pods", len(pods)), nil
+		}
+		for i := range pods {
+			if pods[i].Spec.NodeName != "" {
+				return false, "", fmt.Errorf("pod %s of the gang was bound alone to %s", pods[i].Name, pods[i].Spec.NodeName)
+			}
+			if ok, why, err := st.checkOwnedClaim(ctx, &pods[i], pods[i].Annotations[apiv1.AnnotationClaimTemplate]); !ok {
+				return false, why, err
+			}
+			// The scheduler has tried and held it back as part of the gang.
+			held := false
+			for _, c := range pods[i].Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "gang") {
+					held = true
+				}
+			}
+			if !held {
+				return false, "pod " + pods[i].Name + " not yet held back as a gang member\n" + st.describe(ctx), nil
+			}
+		}
+		return true, "", nil
 	})
 }

@@ -58,3 +58,12 @@ Feature: Pods get GPUs from a GpuClaimTemplate, one claim per pod, cleaned up wi
     When pod "shard-0" is deleted by hand and made again with a GpuClaim of its own from template "x2"
     Then the 2 live pods of StatefulSet "shard" hold 2 GPUs each from claims they own
     And every GpuClaim left belongs to a live pod
+
+  Scenario: A gang named in the template starts all of a Job's pods together or none
+    Given a cluster of 1 "dgx-a100" node
+    And GpuClaimTemplate "gang" for 4 GPUs in a gang of 3
+    When plain Job "train" runs 3 pods at once for 60 seconds each from claim template "gang"
+    Then no pod of Job "train" is bound
+    And no GPU lease is held
+    When 1 "dgx-a100" node joins the cluster
+    Then the 3 live pods of Job "train" hold 4 GPUs each from claims they own

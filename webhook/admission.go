@@ -14,6 +14,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	sigsjson "sigs.k8s.io/json"
+
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 var (
@@ -82,6 +84,13 @@ func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest
 	case req.SubResource == "" && req.Operation == admissionv1.Create:
 		if err := decodeObject(req.Object.Raw, pod); err != nil {
 			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{}
+		}
+		if raw, ok := pod.Annotations[gpuv1.AnnotationSchedulingMap]; ok {
+			// A malformed placement map is refused at creation, with its line: the scheduler
+			// could only leave the pod Pending later.
+			if _, err := gpuv1.ParseSchedulingMap(raw); err != nil {
+				return errorResponse(req, http.StatusUnprocessableEntity, fmt.Errorf("pod %s/%s: annotation %s: %w", req.Namespace, podName(req, pod), gpuv1.AnnotationSchedulingMap, err)), Outcome{DenyReason: ReasonInvalid}
+			}
 		}
 		m = MutatePod(pod, a.Mode, a.SchedulerName)
 		if a.Resource.Name != "" {

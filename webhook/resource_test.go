@@ -137,3 +137,25 @@ func TestMutateAddsResource(t *testing.T) {
 		t.Fatalf("pod without a claim: allowed %v patch %s; want untouched", resp.Allowed, resp.Patch)
 	}
 }
+
+// A pod with a malformed gpu-scheduling-map is refused at creation, naming the line and what is
+// wrong; a well-formed one passes.
+func TestMutateRefusesMalformedSchedulingMap(t *testing.T) {
+	a := &Admitter{Mode: EnvModeCUDA}
+	review := func(p *corev1.Pod) *admissionv1.AdmissionRequest {
+		raw, _ := json.Marshal(p)
+		return &admissionv1.AdmissionRequest{UID: "u", Kind: podKind, Resource: podsResource, Operation: admissionv1.Create,
+			Namespace: p.Namespace, Name: p.Name, Object: runtime.RawExtension{Raw: raw}}
+	}
+	bad := claimPod()
+	bad.Annotations[gpuv1.AnnotationSchedulingMap] = "0=node-a:0,1\n1=node-b"
+	resp, out := a.Mutate(context.Background(), review(bad))
+	if resp.Allowed || out.DenyReason != ReasonInvalid || !strings.Contains(resp.Result.Message, `annotation gpu.scheduling/gpu-scheduling-map: scheduling map line 2: allocation "node-b" has no ':'`) {
+		t.Fatalf("malformed map: allowed %v, %+v", resp.Allowed, resp.Result)
+	}
+	good := claimPod()
+	good.Annotations[gpuv1.AnnotationSchedulingMap] = "0=node-a:0,1\n1=node-b:2"
+	if resp, _ := a.Mutate(context.Background(), review(good)); !resp.Allowed {
+		t.Fatalf("well-formed map refused: %+v", resp.Result)
+	}
+}
