@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
@@ -75,3 +77,39 @@ func TestUnhealthy(t *testing.T) {
 		t.Fatalf("Unhealthy = %+v, want [%+v]", got, want)
 	}
 }
+
+func TestStaleness(t *testing.T) {
+	l := lease("n1", "1", "ml", "train")
+	l.Spec.HolderIdentity = ptr("uid-1")
+	pod := func(uid, alloc string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Annotations: map[string]string{}}}
+		if alloc != "" {
+			p.Annotations[apiv1.AnnotationAllocated] = alloc
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want string
+	}{
+		{"pod gone", nil, "holder pod gone"},
+		{"name reused", pod("uid-2", "n1:1"), "holder pod gone (a new pod has its name)"},
+		{"not in allocation", pod("uid-1", "n1:0,2"), "GPU not in the pod's allocation n1:0,2"},
+		{"other node", pod("uid-1", "n2:1"), "GPU not in the pod's allocation n2:1"},
+		{"held", pod("uid-1", "n1:1,2"), ""},
+		{"allocation not written yet", pod("uid-1", ""), ""},
+	} {
+		got, err := Staleness(&l, func(_, _ string) (*corev1.Pod, error) { return tc.pod, nil })
+		if err != nil || got != tc.want {
+			t.Errorf("%s: Staleness = %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+	shared := lease("n1", "1", "ml", "train")
+	shared.Labels[apiv1.LabelLeaseShared] = "true"
+	if got, _ := Staleness(&shared, func(_, _ string) (*corev1.Pod, error) { return nil, nil }); got != "" {
+		t.Errorf("shared lease judged stale (%q): shared leases are never provably stale", got)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

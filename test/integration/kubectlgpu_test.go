@@ -4,14 +4,18 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -90,6 +94,67 @@ func TestKubectlGPUGolden(t *testing.T) {
 		}
 	}
 	golden(t, "kubectl-gpu-health", strings.Join(mine, "\n")+"\n")
+	// The lease's holder pod kgpu/train does not exist: provably stale; the dry run keeps it.
+	var stale []string
+	for _, line := range strings.Split(runGPU(t, "leases", "--stale")+runGPU(t, "leases", "--delete-stale"), "\n") {
+		if strings.Contains(line, "gpu-"+node+"-") {
+			stale = append(stale, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	golden(t, "kubectl-gpu-leases-stale", strings.Join(stale, "\n")+"\n")
+	if _, err := env.kube.CoordinationV1().Leases(leaseNamespace).Get(t.Context(), l.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the dry run of --delete-stale removed lease %s: %v", l.Name, err)
+	}
+	// A lease whose pod exists with that UID and whose allocation names the GPU is held, never
+	// stale; --yes deletes the stale one and keeps it.
+	held := createHeldLease(t, ns, node, 3)
+	out := runGPU(t, "leases", "--delete-stale", "--yes")
+	if !strings.Contains(out, "deleted lease "+leaseNamespace+"/"+l.Name+" (holder pod gone)") {
+		t.Errorf("--delete-stale --yes did not report deleting %s:\n%s", l.Name, out)
+	}
+	if strings.Contains(out, held) {
+		t.Errorf("--delete-stale --yes touched the held lease %s:\n%s", held, out)
+	}
+	if _, err := env.kube.CoordinationV1().Leases(leaseNamespace).Get(t.Context(), l.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("stale lease %s still there after --delete-stale --yes (err %v)", l.Name, err)
+	}
+	if _, err := env.kube.CoordinationV1().Leases(leaseNamespace).Get(t.Context(), held, metav1.GetOptions{}); err != nil {
+		t.Errorf("held lease %s was deleted: %v", held, err)
+	}
 	age := regexp.MustCompile(`\s+\d+[smh]\s+`)
 	golden(t, "kubectl-gpu-claims", age.ReplaceAllString(runGPU(t, "claims", "-n", ns), " <age> "))
+}
+
+// createHeldLease makes a pod that no scheduler serves, gives it the allocation node:gpu as the
+// scheduler would, and a lease on that GPU naming it: a lease that is provably not stale.
+func createHeldLease(t *testing.T, ns, node string, gpu int) string {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "holder", Annotations: map[string]string{
+			apiv1.AnnotationAllocated: apiv1.Allocation{Node: node, IDs: []int{gpu}}.String()}},
+		Spec: corev1.PodSpec{SchedulerName: "nobody", Containers: []corev1.Container{{Name: "main", Image: "registry.example/cuda:fake"}}},
+	}
+	pod, err := env.kube.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating pod %s/%s: %v", ns, p.Name, err)
+	}
+	uid := string(pod.UID)
+	name, err := apiv1.LeaseName(node, gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			apiv1.LabelLeaseNode: node, apiv1.LabelLeaseGPU: strconv.Itoa(gpu),
+			apiv1.LabelPodNamespace: ns, apiv1.LabelPodName: pod.Name, apiv1.LabelPodUID: uid,
+		}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &uid},
+	}
+	if _, err := env.kube.CoordinationV1().Leases(leaseNamespace).Create(t.Context(), l, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating lease %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.CoordinationV1().Leases(leaseNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
 }
