@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// TestClaimCounter reads counts from claims and templates and refuses sharing either way: a
+// template must not be a way around the Exclusive-only rule of the device-plugin mode.
+func TestClaimCounter(t *testing.T) {
+	spec := func(n int32, e gpuv1.Exclusivity) gpuv1.GpuClaimSpec {
+		return gpuv1.GpuClaimSpec{Devices: gpuv1.DeviceRequest{Count: n, Exclusivity: e}}
+	}
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: "ml", Name: name} }
+	gpus := fake.NewSimpleClientset(
+		&gpuv1.GpuClaim{ObjectMeta: meta("c4"), Spec: spec(4, gpuv1.Exclusive)},
+		&gpuv1.GpuClaim{ObjectMeta: meta("shared"), Spec: spec(1, gpuv1.Shared)},
+		&gpuv1.GpuClaimTemplate{ObjectMeta: meta("t2"), Spec: gpuv1.GpuClaimTemplateSpec{Spec: spec(2, "")}},
+		&gpuv1.GpuClaimTemplate{ObjectMeta: meta("tshared"), Spec: gpuv1.GpuClaimTemplateSpec{Spec: spec(1, gpuv1.Shared)}},
+	)
+	count := claimCounter(gpus)
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		want        int32
+		wantOK      bool
+		wantErr     string
+	}{
+		{name: "no claim", annotations: nil},
+		{name: "claim", annotations: map[string]string{gpuv1.AnnotationClaim: "c4"}, want: 4, wantOK: true},
+		{name: "template", annotations: map[string]string{gpuv1.AnnotationClaimTemplate: "t2"}, want: 2, wantOK: true},
+		{name: "shared claim", annotations: map[string]string{gpuv1.AnnotationClaim: "shared"}, wantErr: "GpuClaim ml/shared: spec.devices.exclusivity Shared"},
+		{name: "shared template", annotations: map[string]string{gpuv1.AnnotationClaimTemplate: "tshared"}, wantErr: "GpuClaimTemplate ml/tshared: spec.spec.devices.exclusivity Shared"},
+		{name: "missing claim", annotations: map[string]string{gpuv1.AnnotationClaim: "nope"}, wantErr: "GpuClaim ml/nope"},
+		{name: "missing template", annotations: map[string]string{gpuv1.AnnotationClaimTemplate: "nope"}, wantErr: "GpuClaimTemplate ml/nope"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: tc.annotations}}
+			n, ok, err := count(context.Background(), pod)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || n != tc.want || ok != tc.wantOK {
+				t.Fatalf("count = %d, %v, %v; want %d, %v, nil", n, ok, err, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
