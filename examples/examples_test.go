@@ -81,7 +81,7 @@ func TestExamplesUseTheirTemplates(t *testing.T) {
 	if !ok || ct.Spec.Spec.Devices.Count != 2 {
 		t.Fatalf("claimtemplate.yaml: %#v, want a GpuClaimTemplate for 2 GPUs", tmpl[0])
 	}
-	for _, f := range []string{"indexed-job.yaml", "deployment.yaml", "statefulset.yaml"} {
+	for _, f := range []string{"indexed-job.yaml", "deployment.yaml", "statefulset.yaml", "placement-map.yaml"} {
 		objs := objects(t, f)
 		if len(objs) != 1 {
 			t.Fatalf("%s: %d objects, want 1", f, len(objs))
@@ -109,5 +109,28 @@ func TestExamplesUseTheirTemplates(t *testing.T) {
 	job := gang[1].(*batchv1.Job)
 	if *job.Spec.Parallelism != *gt.Spec.Spec.GangSize || job.Spec.Template.Annotations[apiv1.AnnotationClaimTemplate] != gt.Name {
 		t.Errorf("gang-template.yaml: the Job runs %d pods from %q; want gangSize %d from %q", *job.Spec.Parallelism, job.Spec.Template.Annotations[apiv1.AnnotationClaimTemplate], *gt.Spec.Spec.GangSize, gt.Name)
+	}
+}
+
+// The placement map example parses, and every pod index it names exists in its indexed Job.
+func TestPlacementMapExample(t *testing.T) {
+	job, ok := objects(t, "placement-map.yaml")[0].(*batchv1.Job)
+	if !ok || job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion {
+		t.Fatalf("placement-map.yaml: %#v, want an indexed Job", job)
+	}
+	m, err := apiv1.ParseSchedulingMap(job.Spec.Template.Annotations[apiv1.AnnotationSchedulingMap])
+	if err != nil {
+		t.Fatalf("placement-map.yaml: %v", err)
+	}
+	if len(m) == 0 {
+		t.Fatal("placement-map.yaml: empty map")
+	}
+	for index, a := range m {
+		if index >= int(*job.Spec.Completions) {
+			t.Errorf("placement-map.yaml: entry %d=%s names an index the Job never runs", index, a)
+		}
+		if len(a.IDs) != 2 {
+			t.Errorf("placement-map.yaml: entry %d=%s names %d GPUs; template a100x2 asks for 2", index, a, len(a.IDs))
+		}
 	}
 }

@@ -112,6 +112,7 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerValidationSteps(sc)
 	registerGpuWorkloadSteps(sc)
 	registerTemplateSteps(sc)
+	registerPlacementSteps(sc)
 }
 
 func (s *Suite) beforeScenario(ctx context.Context, p *godog.Scenario) (context.Context, error) {

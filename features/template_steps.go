@@ -160,7 +160,12 @@ func podWarning(ctx context.Context, podName, reason, msg string) error {
 }
 
 func createJob(ctx context.Context, indexed, name string, n, seconds int, template string) error {
-	st := state(ctx)
+	return state(ctx).createJob(ctx, indexed, name, n, seconds, template, nil)
+}
+
+// createJob makes a Job of n pods at once from a claim template; extra annotations go on its
+// pod template.
+func (st *scenario) createJob(ctx context.Context, indexed, name string, n, seconds int, template string, extra map[string]string) error {
 	mode := batchv1.NonIndexedCompletion
 	if indexed == "indexed" {
 		mode = batchv1.IndexedCompletion
@@ -183,6 +188,7 @@ func createJob(ctx context.Context, indexed, name string, n, seconds int, templa
 			},
 		},
 	}
+	maps.Copy(job.Spec.Template.Annotations, extra)
 	if _, err := st.suite.kube.BatchV1().Jobs(st.ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating Job %s/%s: %w", st.ns, name, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestParseSchedulingMap(t *testing.T) {
@@ -56,4 +58,28 @@ func FuzzParseSchedulingMap(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestPodIndex(t *testing.T) {
+	tests := []struct {
+		name   string
+		pod    metav1.ObjectMeta
+		want   int
+		wantOK bool
+	}{
+		{"indexed Job pod", metav1.ObjectMeta{Name: "train-2-x7k9p", GenerateName: "train-2-", Annotations: map[string]string{AnnotationJobCompletionIndex: "2"}}, 2, true},
+		{"StatefulSet pod by label", metav1.ObjectMeta{Name: "shard-1", Labels: map[string]string{LabelPodIndex: "1"}}, 1, true},
+		{"completion index wins over the label", metav1.ObjectMeta{Name: "x-9", Annotations: map[string]string{AnnotationJobCompletionIndex: "3"}, Labels: map[string]string{LabelPodIndex: "4"}}, 3, true},
+		{"StatefulSet pod by name", metav1.ObjectMeta{Name: "shard-12"}, 12, true},
+		{"a generated name's digits are not an index", metav1.ObjectMeta{Name: "serve-5d8f-24567", GenerateName: "serve-5d8f-"}, 0, false},
+		{"no trailing number", metav1.ObjectMeta{Name: "worker"}, 0, false},
+		{"leading zero", metav1.ObjectMeta{Name: "worker-01"}, 0, false},
+		{"malformed completion index", metav1.ObjectMeta{Name: "w-1", Annotations: map[string]string{AnnotationJobCompletionIndex: "-1"}}, 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := PodIndex(&tt.pod)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("%s: PodIndex = %d, %v; want %d, %v", tt.name, got, ok, tt.want, tt.wantOK)
+		}
+	}
 }

@@ -105,6 +105,9 @@ func Allocate(n *Node, req Request) (Result, error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, fmt.Errorf("invalid request: %w", err)
 	}
+	if len(req.Pinned) > 0 {
+		return pinned(n, &req)
+	}
 	if req.Count > len(n.GPUs) {
 		return Result{}, unfit("node has %d GPUs; claim needs %d", len(n.GPUs), req.Count)
 	}
@@ -130,6 +133,32 @@ func Allocate(n *Node, req Request) (Result, error) {
 	sort.Ints(ids)
 	res := Result{IDs: ids, Note: note}
 	v.score(&res)
+	return res, nil
+}
+
+// pinned takes exactly req.Pinned, or explains which of them cannot be taken. Unlike the
+// other policies it never substitutes a GPU: the user named these.
+func pinned(n *Node, req *Request) (Result, error) {
+	for _, id := range req.Pinned {
+		g, ok := n.GPU(id)
+		switch {
+		case !ok:
+			return Result{}, unfit("GPU %d does not exist on node %s (it has %d GPUs)", id, n.Name, len(n.GPUs))
+		case g.Health != Healthy:
+			return Result{}, unfit("GPU %d is %s", id, g.Health)
+		case g.ExclusiveHolder != "":
+			return Result{}, unfit("GPU %d is held by another pod", id)
+		case req.Exclusivity == Exclusive && g.SharedHolders > 0:
+			return Result{}, unfit("GPU %d is shared by %d pods; an Exclusive claim cannot take it", id, g.SharedHolders)
+		}
+	}
+	ids := append([]int(nil), req.Pinned...)
+	sort.Ints(ids)
+	res := Result{IDs: ids}
+	// Scored as topology-blind: the user chose these GPUs, islands and bandwidth did not.
+	scored := *req
+	scored.Topology, scored.MinBandwidthGBps = Ignore, 0
+	newView(n, &scored).score(&res)
 	return res, nil
 }
 

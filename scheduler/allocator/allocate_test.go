@@ -197,6 +197,43 @@ func TestAllocate(t *testing.T) {
 			want: []int{2, 3}, wantLocal: true,
 			wantNote: "preferred GPUs 0 cannot be used in one island; placed contiguously instead",
 		},
+		// --- pinned (an entry of the gpu-scheduling-map) ---
+		{
+			name: "pinned takes exactly the IDs named, across islands, even where contiguous would not",
+			node: seedBox().Node(),
+			req:  Request{Count: 2, Policy: Contiguous, Topology: Required, MinBandwidthGBps: 600, Pinned: []int{5, 1}},
+			want: []int{1, 5},
+		},
+		{
+			name:    "pinned never substitutes a held GPU",
+			node:    seedBox().HeldBy("p", 1).Node(),
+			req:     Request{Count: 2, Pinned: []int{0, 1}},
+			wantErr: "GPU 1 is held by another pod",
+		},
+		{
+			name:    "pinned refuses an unhealthy GPU",
+			node:    seedBox().Node(),
+			req:     Request{Count: 1, Pinned: []int{7}},
+			wantErr: "GPU 7 is Unhealthy",
+		},
+		{
+			name:    "pinned refuses a GPU the node does not have",
+			node:    seedBox().Node(),
+			req:     Request{Count: 2, Pinned: []int{0, 9}},
+			wantErr: "GPU 9 does not exist on node node-a (it has 8 GPUs)",
+		},
+		{
+			name:    "pinned Exclusive refuses a GPU Shared pods use",
+			node:    seedBox().SharedBy(2).Node(),
+			req:     Request{Count: 1, Pinned: []int{2}},
+			wantErr: "GPU 2 is shared by 1 pods; an Exclusive claim cannot take it",
+		},
+		{
+			name: "pinned Shared may join Shared pods on a GPU",
+			node: seedBox().SharedBy(2).Node(),
+			req:  Request{Count: 1, Exclusivity: Shared, Pinned: []int{2}},
+			want: []int{2}, wantLocal: true,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,6 +283,8 @@ func TestRequestValidate(t *testing.T) {
 		{Request{Count: 1, MinBandwidthGBps: -5}, "minBandwidthGBps must not be negative, got -5"},
 		{Request{Count: 2, Policy: Spread, Topology: Required}, "policy spread spreads GPUs across islands and cannot be combined with topology mode Required"},
 		{Request{Count: 1, Policy: Policy(9)}, "unknown policy Policy(9)"},
+		{Request{Count: 2, Pinned: []int{1}}, "pinned GPUs 1 are 1, count is 2"},
+		{Request{Count: 2, Pinned: []int{1, 1}}, "pinned GPUs 1,1: each must be a non-negative ID listed once"},
 	}
 	for _, tt := range tests {
 		err := tt.req.Validate()

@@ -173,6 +173,10 @@ type Request struct {
 	Exclusivity      Exclusivity
 	Topology         TopologyMode
 	MinBandwidthGBps int
+	// Pinned, when set, are the exact GPU IDs to take (an explicit placement, the scheduling
+	// map's entry): each must exist, be healthy and be free for the request's exclusivity, or
+	// the node is unfit. Count must equal len(Pinned); Policy and Topology play no part.
+	Pinned []int
 }
 
 // Validate reports a request that can never be served by any node.
@@ -197,6 +201,18 @@ func (r *Request) Validate() error {
 	}
 	if r.Policy == Spread && r.Topology == Required {
 		return fmt.Errorf("policy spread spreads GPUs across islands and cannot be combined with topology mode Required")
+	}
+	if len(r.Pinned) > 0 {
+		if len(r.Pinned) != r.Count {
+			return fmt.Errorf("pinned GPUs %s are %d, count is %d", FormatIDs(r.Pinned), len(r.Pinned), r.Count)
+		}
+		pinned := make(map[int]bool, len(r.Pinned))
+		for _, id := range r.Pinned {
+			if id < 0 || pinned[id] {
+				return fmt.Errorf("pinned GPUs %s: each must be a non-negative ID listed once", FormatIDs(r.Pinned))
+			}
+			pinned[id] = true
+		}
 	}
 	seen := make(map[int]bool, len(r.PreferIDs))
 	for _, id := range r.PreferIDs {

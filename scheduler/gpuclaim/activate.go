@@ -81,7 +81,11 @@ func (p *Plugin) mayFitOn(pod *v1.Pod, nodes []string, oldest time.Time) bool {
 	if !named || err != nil {
 		return named // a claim that cannot be read or served: let PreFilter say why
 	}
+	pn, _ := pinOf(pod) // podRequest parsed it already
 	for _, n := range nodes {
+		if pn != nil && n != pn.alloc.Node {
+			continue // a pinned pod waits on its own node only
+		}
 		if p.ledger.fitsOn(n, &req, oldest) && p.nodeSelected(claim, n) {
 			return true
 		}

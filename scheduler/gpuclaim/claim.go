@@ -49,8 +49,9 @@ func ownedBy(claim *apiv1.GpuClaim, pod *v1.Pod) bool {
 	return false
 }
 
-// podRequest reads the claim a pod names and turns it into a request. named is false when the
-// pod names no claim; err is set when the claim cannot be read or is invalid.
+// podRequest reads the claim a pod names and turns it into a request, pinned to the pod's
+// scheduling map entry if it has one. named is false when the pod names no claim; err is set
+// when the claim cannot be read or is invalid, or the map or its entry is.
 func (p *Plugin) podRequest(pod *v1.Pod) (claim *apiv1.GpuClaim, req allocator.Request, named bool, err error) {
 	name, ok := claimName(pod)
 	if !ok {
@@ -60,7 +61,13 @@ func (p *Plugin) podRequest(pod *v1.Pod) (claim *apiv1.GpuClaim, req allocator.R
 	if err != nil {
 		return nil, req, true, fmt.Errorf("reading GpuClaim %s/%s: %w", pod.Namespace, name, err)
 	}
-	req, err = requestFor(claim)
+	if req, err = requestFor(claim); err != nil {
+		return claim, req, true, err
+	}
+	pn, err := pinOf(pod)
+	if err == nil && pn != nil {
+		err = pn.apply(&req, claimKey(pod.Namespace, name))
+	}
 	return claim, req, true, err
 }
 

@@ -92,6 +92,9 @@ func (p *Plugin) fitsWithout(pod *v1.Pod, node string, gone types.UID) bool {
 	if !p.nodeSelected(claim, node) {
 		return false
 	}
+	if pn, _ := pinOf(pod); pn != nil && pn.alloc.Node != node {
+		return false // GPUs freed elsewhere do not help a pod pinned by its scheduling map
+	}
 	n, heartbeat := p.ledger.snapshotWithout(node, []types.UID{gone, pod.UID})
 	if n == nil {
 		return true

@@ -14,10 +14,11 @@ import (
 // Filter reasons are short and shared across nodes, so the scheduler's summary of a pending
 // pod reads "3 node(s) had not enough healthy free GPUs" instead of one line per node.
 const (
-	reasonSelector = "node does not match the GpuClaim's selector"
-	reasonNoStatus = "node has no GpuNodeStatus"
-	reasonStale    = "node's GpuNodeStatus is stale"
-	reasonNoFit    = "not enough healthy free GPUs for the GpuClaim"
+	reasonSelector  = "node does not match the GpuClaim's selector"
+	reasonNoStatus  = "node has no GpuNodeStatus"
+	reasonStale     = "node's GpuNodeStatus is stale"
+	reasonNoFit     = "not enough healthy free GPUs for the GpuClaim"
+	reasonNotPinned = "node is not the one the pod's gpu-scheduling-map entry names"
 )
 
 // Filter keeps nodes that match the claim's selector, have a fresh GpuNodeStatus, and can
@@ -33,6 +34,9 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	}
 	if s.gangHeld != "" {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, s.gangHeld)
+	}
+	if s.pinNode != "" && node.Name != s.pinNode {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNotPinned)
 	}
 	if !selectorMatches(s.claim, node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonSelector)

@@ -394,7 +394,7 @@ func (e *nodeEntry) holdsPod(uid types.UID) bool {
 // requestKey identifies a request's shape: requests with the same key get the same placement
 // on the same node view.
 func requestKey(r *allocator.Request) string {
-	return fmt.Sprintf("%d/%d/%d/%d/%d/%v", r.Count, r.Policy, r.Exclusivity, r.Topology, r.MinBandwidthGBps, r.PreferIDs)
+	return fmt.Sprintf("%d/%d/%d/%d/%d/%v/%v", r.Count, r.Policy, r.Exclusivity, r.Topology, r.MinBandwidthGBps, r.PreferIDs, r.Pinned)
 }
 
 // candidates groups the nodes with a GpuNodeStatus fresher than oldest by how well they fit

@@ -5,7 +5,8 @@
 //
 // One file per extension point: prefilter.go, filter.go, score.go, reserve.go, permit.go,
 // prebind.go, bind.go, postbind.go, postfilter.go, and events.go for the queueing hints;
-// gang.go keeps the claims of a gang all or nothing. ledger.go is the
+// gang.go keeps the claims of a gang all or nothing; schedulingmap.go pins a pod to its entry
+// in the gpu-scheduling-map annotation. ledger.go is the
 // in-memory ledger, leases.go the lease operations, lifecycle.go releases GPUs when pods go.
 package gpuclaim
 

@@ -2,8 +2,10 @@ package gpuclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -80,6 +82,15 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		p.status.pending(claim, pod, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
+	// An entry of the pod's scheduling map pins it to one node and exact GPUs.
+	pn, err := pinOf(pod)
+	if err == nil && pn != nil {
+		err = pn.apply(&req, key)
+	}
+	if err != nil {
+		p.status.pending(claim, pod, err.Error())
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
 
 	oldest := p.clock.Now().Add(-p.freshness)
 	if claim.Spec.GangRef != "" {
@@ -90,6 +101,10 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, gang: gangKey(claim), gangHeld: st.Message(), results: newNodeResults()})
 			return nil, st
 		}
+	}
+
+	if pn != nil {
+		return p.preFilterPinned(cs, pod, claim, key, req, pn, oldest)
 	}
 
 	tier := p.relaxed.tier(pod.UID)
@@ -132,6 +147,46 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 	logger.V(5).Info("GPU candidates", "pod", klog.KObj(pod), "claim", key, "nodes", len(chosen))
 	return &fwk.PreFilterResult{NodeNames: sets.New(chosen...)}, nil
+}
+
+// preFilterPinned offers a pod covered by its scheduling map exactly the entry's node, after
+// checking that the node exists, is served by an agent and can give the entry's GPUs now. What
+// stands in the way is reported with the entry, and the pod waits: the activator sends it back
+// when that node's GPUs change, the node-add hint when the node appears. A held GPU is reported
+// as Unschedulable, so that preemption may free it for a pod of higher priority; Reserve and the
+// leases check again, so a GPU is never given twice.
+func (p *Plugin) preFilterPinned(cs fwk.CycleState, pod *v1.Pod, claim *apiv1.GpuClaim, key string, req allocator.Request, pn *pin, oldest time.Time) (*fwk.PreFilterResult, *fwk.Status) {
+	node := pn.alloc.Node
+	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: fitNode, gang: gangKey(claim), offered: true, pinNode: node, results: newNodeResults()}
+	reject := func(code fwk.Code, why string) (*fwk.PreFilterResult, *fwk.Status) {
+		msg := pn.message(pod, why)
+		p.status.pending(claim, pod, msg)
+		return nil, fwk.NewStatus(code, msg)
+	}
+	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
+	if err != nil || ni.Node() == nil {
+		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node %s does not exist", node))
+	}
+	if !selectorMatches(claim, ni.Node()) {
+		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node %s does not match the selector of GpuClaim %s", node, key))
+	}
+	_, heartbeat, err, ok := p.ledger.place(node, pod.UID, s.reqKey, req)
+	if !ok {
+		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node %s has no GpuNodeStatus (no gpu-agent reports it)", node))
+	}
+	if heartbeat.Before(oldest) {
+		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GpuNodeStatus of node %s is older than %s", node, p.freshness))
+	}
+	var unfit *allocator.Unfit
+	if errors.As(err, &unfit) {
+		cs.Write(stateKey, s) // for preemption's dry run on this node
+		return reject(fwk.Unschedulable, fmt.Sprintf("on node %s: %s", node, unfit.Reason))
+	}
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("placing pod %s/%s at its gpu-scheduling-map entry %s: %w", pod.Namespace, pod.Name, pn, err))
+	}
+	cs.Write(stateKey, s)
+	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
 }
 
 // PreFilterExtensions lets preemption's dry runs take pods off a node (and put them back):

@@ -32,6 +32,9 @@ type stateData struct {
 	offered bool
 	// gangHeld is why PreFilter held a gang member back; Filter refuses every node then.
 	gangHeld string
+	// pinNode is the node of the pod's scheduling map entry; Filter refuses every other node
+	// (preemption's dry runs call Filter on nodes PreFilter did not offer).
+	pinNode string
 
 	// strategy is the node strategy of this pod (its annotation, else the plugin's); ranks
 	// are a ranked strategy's scores of the candidate nodes, written by PreScore.
