@@ -35,7 +35,8 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o.Flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().BoolVarP(&o.All, "all-namespaces", "A", false, "list claims in all namespaces")
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "output format: wide, json or yaml")
-	root.AddCommand(newStatusCommand(o), newNodesCommand(o), newClaimsCommand(o), newHealthCommand(o), newLeasesCommand(o))
+	root.AddCommand(newStatusCommand(o), newNodesCommand(o), newClaimsCommand(o), newHealthCommand(o), newLeasesCommand(o),
+		newExplainCommand(o))
 	return root
 }
 

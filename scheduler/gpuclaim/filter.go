@@ -3,6 +3,7 @@ package gpuclaim
 import (
 	"context"
 	"errors"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,22 +46,33 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 		// A preemption dry run: the node as if the removed pods held no GPUs; not cached.
 		return p.filterWithout(s, pod, node.Name, removed)
 	}
-	res, heartbeat, err, ok := p.ledger.place(node.Name, pod.UID, s.reqKey, s.req)
-	if !ok {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNoStatus)
-	}
-	if heartbeat.Before(p.clock.Now().Add(-p.freshness)) {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonStale)
-	}
-	var unfit *allocator.Unfit
-	if errors.As(err, &unfit) {
-		return fwk.NewStatus(fwk.Unschedulable, reasonNoFit)
-	}
-	if err != nil {
-		return fwk.AsStatus(err)
+	res, st, _ := judgeNode(p.ledger, node.Name, pod.UID, s.reqKey, s.req, p.clock.Now().Add(-p.freshness))
+	if st != nil {
+		return st
 	}
 	s.setResult(node.Name, res)
 	return nil
+}
+
+// judgeNode is Filter's verdict on one node that matches the claim's selector: the placement,
+// or the status refusing the node and, for a node the allocator turned down, its *Unfit
+// explanation. kubectl gpu explain runs it too (DryRun), so both give the same reasons.
+func judgeNode(l *ledger, node string, self types.UID, reqKey string, req allocator.Request, oldest time.Time) (allocator.Result, *fwk.Status, *allocator.Unfit) {
+	res, heartbeat, err, ok := l.place(node, self, reqKey, req)
+	if !ok {
+		return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNoStatus), nil
+	}
+	if heartbeat.Before(oldest) {
+		return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonStale), nil
+	}
+	var unfit *allocator.Unfit
+	if errors.As(err, &unfit) {
+		return res, fwk.NewStatus(fwk.Unschedulable, reasonNoFit), unfit
+	}
+	if err != nil {
+		return res, fwk.AsStatus(err), nil
+	}
+	return res, nil, nil
 }
 
 // filterWithout is Filter for a node some of whose pods a preemption dry run took off.

@@ -350,23 +350,18 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 		}
 	}
 	// A bound pod carrying an allocation holds those GPUs even if its leases were lost.
-	if pod.Spec.NodeName == "" {
-		return
-	}
-	if a, ok := pod.Annotations[apiv1.AnnotationAllocated]; ok {
-		if alloc, err := apiv1.ParseAllocation(a); err == nil && alloc.Node == pod.Spec.NodeName {
-			shared := false
-			if name, ok := claimName(pod); ok {
-				if c, err := p.claimLister.GpuClaims(pod.Namespace).Get(name); err == nil {
-					shared = c.Spec.Devices.Exclusivity == apiv1.Shared
-					// Repair only our own claims: another release's scheduler keeps its own.
-					if p.ours(pod) {
-						p.status.bound(c, pod, alloc)
-					}
+	if alloc, ok := boundAllocation(pod); ok {
+		shared := false
+		if name, ok := claimName(pod); ok {
+			if c, err := p.claimLister.GpuClaims(pod.Namespace).Get(name); err == nil {
+				shared = c.Spec.Devices.Exclusivity == apiv1.Shared
+				// Repair only our own claims: another release's scheduler keeps its own.
+				if p.ours(pod) {
+					p.status.bound(c, pod, alloc)
 				}
 			}
-			p.ledger.add(pod.UID, alloc.Node, alloc.IDs, shared, fromPod)
 		}
+		p.ledger.add(pod.UID, alloc.Node, alloc.IDs, shared, fromPod)
 	}
 }
 

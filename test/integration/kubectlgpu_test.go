@@ -108,6 +108,7 @@ func TestKubectlGPUGolden(t *testing.T) {
 	// A lease whose pod exists with that UID and whose allocation names the GPU is held, never
 	// stale; --yes deletes the stale one and keeps it.
 	held := createHeldLease(t, ns, node, 3)
+	explainGolden(t, ns, node)
 	out := runGPU(t, "leases", "--delete-stale", "--yes")
 	if !strings.Contains(out, "deleted lease "+leaseNamespace+"/"+l.Name+" (holder pod gone)") {
 		t.Errorf("--delete-stale --yes did not report deleting %s:\n%s", l.Name, out)
@@ -157,4 +158,31 @@ func createHeldLease(t *testing.T, ns, node string, gpu int) string {
 		_ = env.kube.CoordinationV1().Leases(leaseNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return name
+}
+
+// explainGolden asks explain about a pod whose claim cannot fit kgpu-node (the only node its
+// selector matches): GPU 0 free, 1 and 3 held, 2 unhealthy. The number of other nodes in the
+// shared cluster varies, so it is replaced by <n>.
+func explainGolden(t *testing.T, ns, node string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"kgpu-explain": "yes"}}}
+	if _, err := env.kube.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating node %s: %v", node, err)
+	}
+	t.Cleanup(func() { _ = env.kube.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	createClaim(t, ns, "too-big", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 3},
+		Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired},
+		Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"kgpu-explain": "yes"}}})
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "wants-three", Annotations: map[string]string{apiv1.AnnotationClaim: "too-big"}},
+		Spec:       corev1.PodSpec{SchedulerName: "nobody", Containers: []corev1.Container{{Name: "main", Image: "registry.example/cuda:fake"}}},
+	}
+	if _, err := env.kube.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s/%s: %v", ns, p.Name, err)
+	}
+	others := regexp.MustCompile(`(?m)(on |^  )\d+ (nodes?)( \(|: node does not match)`)
+	for _, what := range []string{"wants-three", "claim/too-big"} {
+		got := others.ReplaceAllString(runGPU(t, "explain", what, "-n", ns), "$1<n> $2$3")
+		golden(t, "kubectl-gpu-explain-"+strings.ReplaceAll(what, "/", "-"), got)
+	}
 }

@@ -1,0 +1,193 @@
+package gpuclaim
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// Snapshot is the cluster state the plugin's informers would hold, read once by a client that
+// wants to know what the scheduler would decide (kubectl gpu explain).
+type Snapshot struct {
+	Nodes    []v1.Node
+	Statuses []apiv1.GpuNodeStatus
+	Leases   []coordinationv1.Lease
+	// Pods are the pods whose allocation annotations count as holds (bound, not finished).
+	Pods []v1.Pod
+	// Claims tell which of those pods share their GPUs.
+	Claims []apiv1.GpuClaim
+}
+
+// NodeVerdict is the dry run's answer for one node.
+type NodeVerdict struct {
+	Node string `json:"node"`
+	// Reason is Filter's reason for refusing the node; empty when the claim fits.
+	Reason string `json:"reason,omitempty"`
+	// Detail is the allocator's explanation when it turned the node down.
+	Detail string `json:"detail,omitempty"`
+	// GPUs is where the claim would land when it fits.
+	GPUs []int `json:"gpus,omitempty"`
+}
+
+// DryRunResult is what the plugin would decide for a claim now.
+type DryRunResult struct {
+	// Blocked is the reason PreFilter refuses the claim before looking at any node.
+	Blocked string `json:"blocked,omitempty"`
+	// Gang is set for a member of a gang: the scheduler also waits for every member.
+	Gang  string        `json:"gang,omitempty"`
+	Nodes []NodeVerdict `json:"nodes,omitempty"`
+}
+
+// ReasonCount is how many nodes were refused (or fit) for one reason.
+type ReasonCount struct {
+	Reason string `json:"reason"`
+	Nodes  int    `json:"nodes"`
+}
+
+// DryRun runs the plugin's claim checks and Filter (judgeNode, on a ledger fed as the
+// informers feed it) over snap for claim, on behalf of pod (nil for a claim alone). freshness
+// is the plugin's statusFreshnessSeconds. Nothing is written anywhere.
+func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, freshness time.Duration) DryRunResult {
+	var out DryRunResult
+	key := claimKey(claim.Namespace, claim.Name)
+	out.Gang = gangKey(claim)
+	var self types.UID
+	if pod != nil {
+		self = pod.UID
+	}
+	switch req, err := requestFor(claim); {
+	case claim.DeletionTimestamp != nil:
+		out.Blocked = fmt.Sprintf("GpuClaim %s is being deleted", key)
+	case err != nil:
+		out.Blocked = fmt.Sprintf("GpuClaim %s is invalid: %v", key, err)
+	case pod != nil && isTemplated(pod) && !ownedBy(claim, pod):
+		out.Blocked = fmt.Sprintf("GpuClaim %s is not owned by pod %s (UID %s); it was not made from its GpuClaimTemplate for this pod", key, pod.Name, pod.UID)
+	case heldByOther(claim, self, snap.Pods):
+		out.Blocked = fmt.Sprintf("GpuClaim %s is held by pod %s/%s; one claim serves one pod at a time", key, claim.Namespace, claim.Status.PodName)
+	default:
+		l := ledgerOf(snap)
+		oldest := now.Add(-freshness)
+		rk := requestKey(&req)
+		for i := range snap.Nodes {
+			n := &snap.Nodes[i]
+			v := NodeVerdict{Node: n.Name}
+			if !selectorMatches(claim, n) {
+				v.Reason = reasonSelector
+			} else if res, st, unfit := judgeNode(l, n.Name, self, rk, req, oldest); st != nil {
+				v.Reason = st.Message()
+				if unfit != nil {
+					v.Detail = unfit.Reason
+				}
+			} else {
+				v.GPUs = res.IDs
+			}
+			out.Nodes = append(out.Nodes, v)
+		}
+		sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Node < out.Nodes[j].Node })
+	}
+	return out
+}
+
+// Summary counts the nodes per reason, the allocator's detail standing for Filter's generic
+// "not enough" reason; nodes that fit count under "fits". Largest groups first.
+func (r DryRunResult) Summary() []ReasonCount {
+	counts := map[string]int{}
+	for _, v := range r.Nodes {
+		switch {
+		case v.Reason == "":
+			counts["fits"]++
+		case v.Detail != "":
+			counts[v.Detail]++
+		default:
+			counts[v.Reason]++
+		}
+	}
+	out := make([]ReasonCount, 0, len(counts))
+	for reason, n := range counts {
+		out = append(out, ReasonCount{Reason: reason, Nodes: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Nodes != out[j].Nodes {
+			return out[i].Nodes > out[j].Nodes
+		}
+		return out[i].Reason < out[j].Reason
+	})
+	return out
+}
+
+// ClaimOfPod is the name of the GpuClaim a pod uses (named directly or made from a template);
+// ok is false when the pod asks for no GPUs.
+func ClaimOfPod(pod *v1.Pod) (name string, ok bool) { return claimName(pod) }
+
+func isTemplated(pod *v1.Pod) bool {
+	_, ok := templateOf(pod)
+	return ok
+}
+
+// heldByOther mirrors PreFilter's claimHolder from the snapshot: the claim's recorded holder is
+// another live pod.
+func heldByOther(claim *apiv1.GpuClaim, self types.UID, pods []v1.Pod) bool {
+	uid := types.UID(claim.Status.PodUID)
+	if uid == "" || uid == self {
+		return false
+	}
+	for i := range pods {
+		if pods[i].UID == uid && !podFinished(&pods[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// ledgerOf feeds a ledger the way the plugin's informer handlers do: node statuses, lease
+// holders and the allocations of bound pods.
+func ledgerOf(snap *Snapshot) *ledger {
+	l := newLedger()
+	for i := range snap.Statuses {
+		l.setStatus(&snap.Statuses[i])
+	}
+	for i := range snap.Leases {
+		if ref, ok := parseLease(&snap.Leases[i]); ok {
+			for _, uid := range ref.holders {
+				l.add(uid, ref.node, []int{ref.gpu}, ref.shared, fromLease)
+			}
+		}
+	}
+	shared := map[string]bool{}
+	for _, c := range snap.Claims {
+		shared[claimKey(c.Namespace, c.Name)] = c.Spec.Devices.Exclusivity == apiv1.Shared
+	}
+	for i := range snap.Pods {
+		pod := &snap.Pods[i]
+		if podFinished(pod) {
+			continue
+		}
+		if alloc, ok := boundAllocation(pod); ok {
+			l.add(pod.UID, alloc.Node, alloc.IDs, shared[claimKey(pod.Namespace, claimNameOrEmpty(pod))], fromPod)
+		}
+	}
+	return l
+}
+
+// boundAllocation is the allocation a bound pod carries, when it is on the pod's node: such a
+// pod holds those GPUs even if its leases were lost.
+func boundAllocation(pod *v1.Pod) (apiv1.Allocation, bool) {
+	if pod.Spec.NodeName == "" {
+		return apiv1.Allocation{}, false
+	}
+	a, ok := pod.Annotations[apiv1.AnnotationAllocated]
+	if !ok {
+		return apiv1.Allocation{}, false
+	}
+	alloc, err := apiv1.ParseAllocation(a)
+	if err != nil || alloc.Node != pod.Spec.NodeName {
+		return apiv1.Allocation{}, false
+	}
+	return alloc, true
+}
