@@ -30,6 +30,22 @@ Feature: A GpuWorkload runs replicas with GPUs of their own, retries failures an
     And GpuWorkload "batch" has a Normal event "Succeeded" saying "→ Succeeded: all 2 replicas succeeded"
     And no GPU lease is held
 
+  Scenario: A workload naming a GpuClaimTemplate gets one claim per pod from it, gone with the workload
+    Given a cluster of 1 "dgx-a100" node
+    And GpuClaimTemplate "x2" for 2 GPUs
+    When GpuWorkload "train" is applied:
+      """yaml
+      replicas: 3
+      claim: {templateName: x2}
+      """
+    Then GpuWorkload "train" is Running
+    And every replica of GpuWorkload "train" holds 2 GPUs of its own
+    And pod "train-0-0" has a GpuClaim made from template "x2" that it owns
+    And pod "train-2-0" has a GpuClaim made from template "x2" that it owns
+    And no GPU is held twice
+    When GpuWorkload "train" is deleted
+    Then GpuWorkload "train" is gone with its pods, claims and GPU leases
+
   Scenario: A gang workload binds all its pods or none
     Given a cluster of 1 "dgx-a100" node
     When GpuWorkload "train" is applied:

@@ -119,6 +119,20 @@ func newClaim(gw *apiv1.GpuWorkload, pod *corev1.Pod, index, attempt int32) *api
 	return c
 }
 
+// podClaimName is the GpuClaim a pod of ours uses: the one it names (an inline claim spec), or
+// the one the claim-template controller makes for it (claim.templateName), whose name
+// apiv1.ClaimNameForPod fixes.
+func podClaimName(pod *corev1.Pod) string {
+	if name, ok := pod.Annotations[apiv1.AnnotationClaim]; ok {
+		return name
+	}
+	if t := pod.Annotations[apiv1.AnnotationClaimTemplate]; t != "" {
+		name, _ := apiv1.ClaimNameForPod(pod.Name, t) // pod and template names are never empty here
+		return name
+	}
+	return ""
+}
+
 // podAllocation reads the node and GPU IDs the scheduler gave a pod.
 func podAllocation(pod *corev1.Pod) (string, []int32) {
 	a, err := apiv1.ParseAllocation(pod.Annotations[apiv1.AnnotationAllocated])

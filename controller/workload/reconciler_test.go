@@ -381,3 +381,59 @@ func TestRefusedCreateIsRetriedNotFailed(t *testing.T) {
 		t.Fatalf("event %q", ev)
 	}
 }
+
+// With claim.templateName the replicas' pods name the template and the controller makes no
+// claim itself: the claim-template controller makes one per pod, named by ClaimNameForPod, and
+// the status names it. A retry's pod names the template again and so gets a new claim.
+func TestTemplateNameReplicasUseTheTemplate(t *testing.T) {
+	spec := apiv1.GpuWorkloadSpec{
+		Replicas:    ptr.To[int32](2),
+		Claim:       apiv1.WorkloadClaim{TemplateName: "x2"},
+		RetryPolicy: &apiv1.RetryPolicy{MaxRetries: ptr.To[int32](1), BackoffSeconds: ptr.To[int32](1)},
+	}
+	// A template annotation of the pod template is replaced by the workload's.
+	spec.Template.Annotations = map[string]string{apiv1.AnnotationClaimTemplate: "other", apiv1.AnnotationClaim: "stolen"}
+	e := newEnv(t, spec)
+	e.reconcile(t)
+	if got := e.podNames(t); !slices.Equal(got, []string{"train-0-0", "train-1-0"}) {
+		t.Fatalf("pods %v", got)
+	}
+	for _, name := range []string{"train-0-0", "train-1-0"} {
+		pod := &corev1.Pod{}
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: name}, pod); err != nil {
+			t.Fatal(err)
+		}
+		if _, named := pod.Annotations[apiv1.AnnotationClaim]; named || pod.Annotations[apiv1.AnnotationClaimTemplate] != "x2" {
+			t.Fatalf("pod %s annotations %v, want the template x2 and no claim", name, pod.Annotations)
+		}
+	}
+	var claims apiv1.GpuClaimList
+	if err := e.c.List(context.Background(), &claims); err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 0 {
+		t.Fatalf("the workload controller made claims %v; the claim-template controller makes them", claims.Items)
+	}
+
+	e.setPod(t, "train-0-0", running("node-a", "0,1"))
+	e.setPod(t, "train-1-0", failed)
+	e.reconcile(t)
+	gw := e.workload(t)
+	if rs := gw.Status.Replicas; len(rs) != 2 || rs[0].Claim != "train-0-0-x2" || rs[0].Node != "node-a" {
+		t.Fatalf("replicas %+v, want replica 0 on node-a with claim train-0-0-x2", rs)
+	}
+	// The retry after the backoff: a new pod naming the template, so a claim of its own.
+	e.clock.Step(2 * time.Second)
+	e.reconcile(t)
+	e.reconcile(t)
+	pod := &corev1.Pod{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "train-1-1"}, pod); err != nil {
+		t.Fatalf("no retry pod train-1-1: %v (pods %v)", err, e.podNames(t))
+	}
+	if pod.Annotations[apiv1.AnnotationClaimTemplate] != "x2" {
+		t.Fatalf("retry pod annotations %v", pod.Annotations)
+	}
+	if rs := e.workload(t).Status.Replicas[1]; rs.Pod != "train-1-1" || rs.Claim != "train-1-1-x2" {
+		t.Fatalf("replica 1 %+v, want pod train-1-1 with claim train-1-1-x2", rs)
+	}
+}

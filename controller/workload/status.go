@@ -34,7 +34,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, gw *apiv1.GpuWorkload, old
 		case rep.pod != nil:
 			p := rep.pod
 			rs.Pod = p.Name
-			rs.Claim = p.Annotations[apiv1.AnnotationClaim]
+			rs.Claim = podClaimName(p)
 			rs.Phase = p.Status.Phase
 			if rs.Phase == "" {
 				rs.Phase = corev1.PodPending
