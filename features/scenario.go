@@ -48,6 +48,9 @@ type scenario struct {
 	// leases remembers, per pod, the GPU leases it held when it was first seen bound:
 	// lease name -> lease UID and resourceVersion.
 	leases map[string]map[string]string
+	// beforeTemplateDelete remembers, per deleted GpuClaimTemplate, the bound pods of the
+	// namespace at that moment: pod UID -> "name allocation claim-UID".
+	beforeTemplateDelete map[string]map[types.UID]string
 
 	// schedulers are extra gpu-scheduler processes the scenario started.
 	schedulers []*launch.Scheduler

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -39,6 +40,8 @@ func registerTemplateSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^pod "([^"]*)" is deleted by hand and made again with a GpuClaim of its own from template "([^"]*)"$`, podRemade)
 	sc.Step(`^the (\d+) live pods of (Job|Deployment|StatefulSet) "([^"]*)" hold (\d+) GPUs? each from claims they own$`, controllerPodsHoldGPUs)
 	sc.Step(`^every GpuClaim left belongs to a live pod$`, claimsBelongToLivePods)
+	sc.Step(`^GpuClaimTemplate "([^"]*)" is deleted$`, deleteTemplate)
+	sc.Step(`^every pod bound before GpuClaimTemplate "([^"]*)" was deleted still runs on the same GPUs with the same claim$`, podsKeptAfterTemplateDelete)
 }
 
 func createTemplate(ctx context.Context, name string, n int) error {
@@ -481,4 +484,68 @@ func noJobPodBound(ctx context.Context, name string) error {
 		}
 		return true, "", nil
 	})
+}
+
+// boundPods describes the bound, live pods of the namespace: UID -> "name allocation claim-UID".
+func (st *scenario) boundPods(ctx context.Context) (map[types.UID]string, error) {
+	pods, err := st.suite.kube.CoreV1().Pods(st.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[types.UID]string{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || !live(p) {
+			continue
+		}
+		claim := podClaimName(p)
+		c, err := st.suite.gpu.GpuV1().GpuClaims(st.ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("GpuClaim %s of pod %s: %w", claim, p.Name, err)
+		}
+		out[p.UID] = fmt.Sprintf("%s %s %s", p.Name, p.Annotations[apiv1.AnnotationAllocated], c.UID)
+	}
+	return out, nil
+}
+
+// deleteTemplate remembers the bound pods, then deletes the template.
+func deleteTemplate(ctx context.Context, name string) error {
+	st := state(ctx)
+	before, err := st.boundPods(ctx)
+	if err != nil {
+		return err
+	}
+	if len(before) == 0 {
+		return fmt.Errorf("no pod is bound before GpuClaimTemplate %s is deleted; the step has nothing to protect", name)
+	}
+	if st.beforeTemplateDelete == nil {
+		st.beforeTemplateDelete = map[string]map[types.UID]string{}
+	}
+	st.beforeTemplateDelete[name] = before
+	if err := st.suite.gpu.GpuV1().GpuClaimTemplates(st.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("deleting GpuClaimTemplate %s/%s: %w", st.ns, name, err)
+	}
+	return nil
+}
+
+// podsKeptAfterTemplateDelete checks that every pod bound when the template was deleted is the
+// same pod, on the same GPUs, with the same claim object: a template going away changes nothing
+// for the pods already made from it. It is meant to run once the controller has shown that it
+// saw the template go (a later pod's ClaimTemplateNotFound event).
+func podsKeptAfterTemplateDelete(ctx context.Context, name string) error {
+	st := state(ctx)
+	before, ok := st.beforeTemplateDelete[name]
+	if !ok {
+		return fmt.Errorf("GpuClaimTemplate %s was not deleted by a step of this scenario", name)
+	}
+	now, err := st.boundPods(ctx)
+	if err != nil {
+		return err
+	}
+	for uid, was := range before {
+		if is, ok := now[uid]; !ok || is != was {
+			return fmt.Errorf("pod %s (UID %s) changed after GpuClaimTemplate %s was deleted: was %q, now %q\n%s", strings.Fields(was)[0], uid, name, was, is, st.describe(ctx))
+		}
+	}
+	return nil
 }

@@ -25,6 +25,18 @@ Feature: Pods get GPUs from a GpuClaimTemplate, one claim per pod, cleaned up wi
     Then pod "q" has a GpuClaim made from template "later" that it owns
     And pod "q" is bound
 
+  Scenario: Deleting a template leaves the pods made from it running, with their claims
+    Given a cluster of 1 "dgx-a100" node
+    And GpuClaimTemplate "x2" for 2 GPUs
+    When Deployment "serve" runs 2 pods from claim template "x2"
+    Then the 2 live pods of Deployment "serve" hold 2 GPUs each from claims they own
+    When GpuClaimTemplate "x2" is deleted
+    And pod "late" uses claim template "x2"
+    Then pod "late" has a Warning event "ClaimTemplateNotFound" saying "GpuClaimTemplate {namespace}/x2 named in annotation gpu.scheduling/claim-template does not exist"
+    And every pod bound before GpuClaimTemplate "x2" was deleted still runs on the same GPUs with the same claim
+    And the 2 live pods of Deployment "serve" hold 2 GPUs each from claims they own
+    And no GPU is held twice
+
   Scenario Outline: A <kind> Job's pods each get their own GPUs and leave nothing behind
     Given a cluster of 1 "dgx-a100" node
     And GpuClaimTemplate "x2" for 2 GPUs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -177,5 +178,36 @@ func TestClaimOfAnEarlierPodOfTheSameName(t *testing.T) {
 	c, ok := e.claim(t, "shard-0-x8")
 	if !ok || metav1.GetControllerOf(c).UID != "uid-shard-0" {
 		t.Fatalf("claim %+v, want one owned by the new pod", c)
+	}
+}
+
+// A pod deleted before its claim was made gets none, and nobody is warned: gone from the cache
+// (the reconcile finds nothing) or still there with a deletion timestamp (a finalizer keeps it).
+// A claim made in the instant between reading the pod and its deletion is owned by the pod's
+// UID, so the garbage collector deletes it like any claim of a deleted pod.
+func TestPodDeletedBeforeItsClaimWasMade(t *testing.T) {
+	leaving := pod("leaving", "x8")
+	leaving.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	leaving.Finalizers = []string{"example.com/hold"}
+	e := newEnv(t, leaving, template("x8"))
+	if res := e.reconcile(t, "leaving"); res.RequeueAfter != 0 {
+		t.Fatalf("pod being deleted: result %+v, want nothing to come back for", res)
+	}
+	e.reconcile(t, "gone")
+	list := &apiv1.GpuClaimList{}
+	if err := e.c.List(context.Background(), list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Fatalf("claims made for pods on their way out: %v", list.Items)
+	}
+	if ev := e.event(t); ev != "" {
+		t.Fatalf("event %q for a deleted pod", ev)
+	}
+	// The claim that would have been made is owned by the pod's UID, blocking its deletion
+	// until the claim is collected: nothing outlives the pod.
+	c := claimFor(leaving, template("x8"), "leaving-x8")
+	if ref := metav1.GetControllerOf(c); ref == nil || ref.UID != leaving.UID || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+		t.Fatalf("claim owner %+v, want the pod's UID as a blocking controller", c.OwnerReferences)
 	}
 }
