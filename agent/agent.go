@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -23,6 +24,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/status"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/telemetry"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/topology"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -60,6 +62,17 @@ type Config struct {
 	// InitBackoff and MaxInitBackoff bound the wait between NVML initialisation attempts.
 	// Defaults 5s and 5m.
 	InitBackoff, MaxInitBackoff time.Duration
+	// TelemetryInterval is how often every GPU's utilisation, memory, temperature, power and
+	// ECC counters are read. Default 10s; negative: never (the status carries no telemetry).
+	TelemetryInterval time.Duration
+	// TelemetryWritesPerMinute is the budget of status writes per minute that telemetry alone
+	// may cause, when it moved significantly (status.TelemetryMoved); health changes go out
+	// after MinWriteInterval whatever the budget. Default 2; negative: none (telemetry then
+	// rides along with the writes health, usage and heartbeats cause).
+	TelemetryWritesPerMinute float64
+	// Telemetry, when set, is given every GPU's latest reading for the Prometheus series
+	// (package telemetry); nil exports none.
+	Telemetry *telemetry.Collector
 	// WriteLimiter, when set, caps the status writes of every agent sharing it.
 	WriteLimiter flowcontrol.RateLimiter
 	// OnDevices, when set, is given the node's GPUs and their health on every loop (the
@@ -93,6 +106,12 @@ func (c *Config) validate() error {
 		c.UsageWriteInterval = 5 * time.Second
 	}
 	c.UsageWriteInterval = max(c.UsageWriteInterval, 0)
+	if c.TelemetryInterval == 0 {
+		c.TelemetryInterval = 10 * time.Second
+	}
+	if c.TelemetryWritesPerMinute == 0 {
+		c.TelemetryWritesPerMinute = 2
+	}
 	def(&c.RecoveryQuietPeriod, 5*time.Minute)
 	def(&c.InitBackoff, 5*time.Second)
 	def(&c.MaxInitBackoff, 5*time.Minute)
@@ -123,7 +142,15 @@ type Agent struct {
 	nextWrite   time.Time // earliest retry after a failed write
 	// reported is the health last exported as a metric per GPU.
 	reported map[int32]apiv1.Health
+	// readings is each answering GPU's latest telemetry, read at readAt; xids the Xid errors
+	// seen per GPU.
+	readings      map[int]gpu.Telemetry
+	readAt        time.Time
+	nextTelemetry time.Time
+	xids          map[int]xidCount
 }
+
+type xidCount struct{ count, last int64 }
 
 type session struct {
 	devices []gpu.Device
@@ -143,13 +170,25 @@ func New(cfg Config) (*Agent, error) {
 		writer: status.NewWriter(status.Config{
 			Node: cfg.NodeName, GPUClient: cfg.GPUClient, KubeClient: cfg.KubeClient, Clock: cfg.Clock,
 			Heartbeat: cfg.HeartbeatInterval, MinInterval: cfg.MinWriteInterval,
-			UsageInterval: cfg.UsageWriteInterval, Limiter: cfg.WriteLimiter,
+			UsageInterval: cfg.UsageWriteInterval, TelemetryInterval: telemetryWriteInterval(cfg.TelemetryWritesPerMinute),
+			Limiter: cfg.WriteLimiter,
 		}),
 		poke:     make(chan struct{}, 1),
 		lost:     map[int]bool{},
 		reported: map[int32]apiv1.Health{},
+		readings: map[int]gpu.Telemetry{},
+		xids:     map[int]xidCount{},
 		backoff:  cfg.InitBackoff,
 	}, nil
+}
+
+// telemetryWriteInterval turns a budget of writes per minute into the shortest time between two
+// telemetry-only writes; no budget: never.
+func telemetryWriteInterval(perMinute float64) time.Duration {
+	if perMinute <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Minute) / perMinute)
 }
 
 // Poke tells the agent that something outside it changed (a lease, the node, an injected
@@ -171,6 +210,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	timer := a.cfg.Clock.NewTimer(0)
 	defer timer.Stop()
+	if a.cfg.Telemetry != nil {
+		defer a.cfg.Telemetry.Forget(a.cfg.NodeName) // after endSession, which exports once more
+	}
 	defer a.endSession(ctx)
 
 	for {
@@ -180,6 +222,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		if a.session != nil && (a.rediscover || !now.Before(a.nextProbe)) {
 			a.probeAll(ctx)
+		}
+		if a.session != nil && a.cfg.TelemetryInterval > 0 && !now.Before(a.nextTelemetry) {
+			a.readTelemetry(ctx)
 		}
 		if a.session != nil && a.rewatch {
 			a.restartWatcher(ctx)
@@ -233,6 +278,9 @@ func (a *Agent) nextWake() time.Time {
 	}
 	if a.session != nil && a.nextProbe.Before(next) {
 		next = a.nextProbe
+	}
+	if a.session != nil && a.cfg.TelemetryInterval > 0 && a.nextTelemetry.Before(next) {
+		next = a.nextTelemetry
 	}
 	if a.session == nil && a.nextInit.Before(next) {
 		next = a.nextInit
@@ -312,6 +360,8 @@ func (a *Agent) endSession(ctx context.Context) {
 	}
 	a.stopWatcher()
 	a.session = nil
+	clear(a.readings) // what NVML said last session says nothing now
+	a.exportTelemetry()
 	if err := a.cfg.GPUs.Shutdown(); err != nil {
 		klog.FromContext(ctx).V(2).Info("NVML shutdown failed", "err", err)
 	}
@@ -341,6 +391,13 @@ func (a *Agent) handleEvent(ctx context.Context, ev gpu.Event) {
 		}
 	}
 	metrics.Events.WithLabelValues(kind).Inc()
+	if ev.Kind == gpu.EventXid && ev.Device >= 0 {
+		x := a.xids[ev.Device]
+		x.count++
+		x.last = int64(min(ev.Xid, 1<<62))
+		a.xids[ev.Device] = x
+		a.exportTelemetry()
+	}
 	all := make([]int, len(a.inventory))
 	for i, d := range a.inventory {
 		all[i] = d.Index
@@ -389,6 +446,7 @@ func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
 			}
 			st := a.health.State(d.Index)
 			dev.Health, dev.Reason = st.Health, st.Reason
+			a.addTelemetry(&dev)
 			devices = append(devices, dev)
 		}
 	} else if last := a.writer.Last(); last != nil {
@@ -412,7 +470,11 @@ func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
 	if len(devices) == 0 && a.fenced != "" {
 		message = a.fenced + "; retrying"
 	}
-	return status.Summarize(devices, message)
+	st := status.Summarize(devices, message)
+	if len(a.readings) > 0 && a.inventory != nil {
+		st.TelemetryTime = &metav1.Time{Time: a.readAt}
+	}
+	return st
 }
 
 // sync writes the status and labels when they changed.

@@ -42,13 +42,21 @@ type harness struct {
 // (nvml.SUCCESS: it works), against fake clients holding the node and existing statuses.
 func newHarness(t *testing.T, topology string, initErr nvml.Return, existing ...*apiv1.GpuNodeStatus) *harness {
 	t.Helper()
-	srv, err := mock.New(topology, mock.WithSeed(node))
+	return newHarnessWith(t, topology, initErr, nil, existing...)
+}
+
+// newHarnessWith is newHarness with edit applied to the agent's configuration. The mock GPUs'
+// load follows the harness's fake clock.
+func newHarnessWith(t *testing.T, topology string, initErr nvml.Return, edit func(*agent.Config), existing ...*apiv1.GpuNodeStatus) *harness {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Unix(1e9, 0))
+	srv, err := mock.New(topology, mock.WithSeed(node), mock.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.SetInitError(initErr)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid", ResourceVersion: "1"}}
-	h := &harness{t: t, clk: clocktesting.NewFakeClock(time.Unix(1e9, 0)), srv: srv, kube: fake.NewClientset(n)}
+	h := &harness{t: t, clk: clk, srv: srv, kube: fake.NewClientset(n)}
 	objs := make([]runtime.Object, 0, len(existing))
 	for _, e := range existing {
 		objs = append(objs, e)
@@ -63,12 +71,16 @@ func newHarness(t *testing.T, topology string, initErr nvml.Return, existing ...
 		t.Fatal(err)
 	}
 	h.leases = inf.GetIndexer()
-	h.agent, err = agent.New(agent.Config{
+	cfg := agent.Config{
 		NodeName: node, GPUs: nvmlgpu.New(srv, nvmlgpu.Options{EventWaitTimeout: 5 * time.Millisecond}),
 		GPUClient: h.gpu, KubeClient: h.kube, Nodes: corelisters.NewNodeLister(nodes), Leases: h.leases, Clock: h.clk,
 		HeartbeatInterval: 2 * time.Hour, ProbeInterval: 30 * time.Second, MinWriteInterval: -1,
 		RecoveryQuietPeriod: 5 * time.Minute, InitBackoff: 10 * time.Second, MaxInitBackoff: time.Minute,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	h.agent, err = agent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +226,8 @@ func TestTwoIslandStatusAndLabels(t *testing.T) {
 }
 
 func TestStatusWrittenOnceWithoutChange(t *testing.T) {
-	h := newHarness(t, mock.DGXH100, nvml.SUCCESS)
+	// Telemetry moves by itself (TestTelemetryKeepsItsWriteBudget); here nothing may change.
+	h := newHarnessWith(t, mock.DGXH100, nvml.SUCCESS, func(c *agent.Config) { c.TelemetryInterval = -1 })
 	h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Healthy == 8 })
 	h.eventually("node labels", func() bool { return h.patches() == 1 })
 	if got := h.statusWrites(); got != 1 {

@@ -87,7 +87,8 @@ func TestFleetOnRealControlPlane(t *testing.T) {
 
 	f, err := fleet.New(fleet.Config{
 		KubeClient: kube, GPUClient: gpus,
-		Agent:    agent.Config{ProbeInterval: 200 * time.Millisecond, HeartbeatInterval: time.Hour},
+		// No telemetry: the quiet check below wants no write at all while nothing changes.
+		Agent:    agent.Config{ProbeInterval: 200 * time.Millisecond, HeartbeatInterval: time.Hour, TelemetryInterval: -1},
 		WriteQPS: 300, WriteBurst: 600,
 	})
 	if err != nil {

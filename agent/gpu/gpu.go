@@ -39,6 +39,27 @@ type Device interface {
 	// Probe checks that the GPU answers and has no persistent fault. It returns nil, an error
 	// wrapping ErrLost, an error wrapping ErrFaulted, or another error when it cannot tell.
 	Probe() error
+	// Telemetry reads the GPU's utilisation, memory, temperature, power and ECC counters. A
+	// reading the GPU does not support is left nil; an error means the GPU did not answer.
+	Telemetry() (Telemetry, error)
+}
+
+// Telemetry is one reading of a GPU's load and error counters. Nil fields are readings the
+// GPU does not support (ECC on consumer boards, power on some vGPU guests).
+type Telemetry struct {
+	// UtilizationPercent is the share of the last sample period in which a kernel ran.
+	UtilizationPercent *int
+	// MemoryUtilizationPercent is the share of the last sample period in which memory was
+	// read or written.
+	MemoryUtilizationPercent *int
+	// MemoryUsedMiB and MemoryTotalMiB are the framebuffer in use and in all.
+	MemoryUsedMiB, MemoryTotalMiB *int64
+	// TemperatureCelsius is the core temperature.
+	TemperatureCelsius *int
+	// PowerMilliwatts is the power draw.
+	PowerMilliwatts *int64
+	// ECCCorrected and ECCUncorrected are the volatile ECC error counts (since the driver loaded).
+	ECCCorrected, ECCUncorrected *int64
 }
 
 var (

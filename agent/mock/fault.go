@@ -76,6 +76,7 @@ func (s *Server) Inject(index int, f Fault) error {
 			d.loseLocked()
 		}
 	case FaultDoubleBitECC:
+		d.doubleBit++
 		d.postLocked(nvml.EventData{Device: d, EventType: nvml.EventTypeDoubleBitEccError})
 	case FaultLost:
 		d.loseLocked()

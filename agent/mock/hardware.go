@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/utils/clock"
 )
 
 // HardwareAPIVersion and HardwareKind start every hardware file (scenarios/hardware/*.yaml).
@@ -407,7 +408,7 @@ func Build(h *Hardware, opts ...Option) (*Server, error) {
 	if width == 0 {
 		width = 16
 	}
-	s := &Server{topology: h.Metadata.Name, multiNode: sp.MultiNode}
+	s := &Server{topology: h.Metadata.Name, multiNode: sp.MultiNode, clock: clock.RealClock{}}
 	for i := range n {
 		bus := fmt.Sprintf("%02x", i+1)
 		if len(sp.GPUs.BusIDs) == n {
@@ -422,6 +423,7 @@ func Build(h *Hardware, opts ...Option) (*Server, error) {
 			memoryMiB:  uint64(sp.GPUs.MemoryMiB),
 			pcie:       pcie{gen: sp.GPUs.PCIeGeneration, width: width, path: []string{"numa0", "hb" + strconv.Itoa(i)}},
 			registered: map[*EventSet]uint64{},
+			pinned:     -1,
 		})
 	}
 	// The PCIe tree: a GPU's path is the chain of IDs from its NUMA node down to its switch.

@@ -21,6 +21,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	nvmlmock "github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/google/uuid"
+	"k8s.io/utils/clock"
 )
 
 // Server is one simulated GPU server.
@@ -39,6 +40,8 @@ type Server struct {
 	sets      []*EventSet
 	// calls counts device queries: a bounded stand-in for the generated mocks' call records.
 	calls atomic.Uint64
+	// clock drives the simulated load (load.go).
+	clock clock.PassiveClock
 }
 
 var _ nvml.Interface = &Server{}
@@ -60,6 +63,10 @@ type Device struct {
 	lost         bool
 	remapFailure bool
 	registered   map[*EventSet]uint64
+	// pinned is the utilisation SetLoad fixed, or -1 to follow the GPU's wave.
+	pinned int
+	// doubleBit counts the double-bit ECC errors injected.
+	doubleBit uint64
 }
 
 var _ nvml.Device = &Device{}
@@ -280,13 +287,14 @@ func (d *Device) GetName() (string, nvml.Return) {
 	return d.name, nvml.SUCCESS
 }
 
-// GetMemoryInfo reports the total memory, all of it free.
+// GetMemoryInfo reports the total memory and, following the simulated load, the memory in use.
 func (d *Device) GetMemoryInfo() (nvml.Memory, nvml.Return) {
-	if ret := d.answer(); ret != nvml.SUCCESS {
+	l, ret := d.load()
+	if ret != nvml.SUCCESS {
 		return nvml.Memory{}, ret
 	}
-	total := d.memoryMiB << 20
-	return nvml.Memory{Total: total, Free: total}, nvml.SUCCESS
+	total, used := d.memoryMiB<<20, l.usedMiB<<20
+	return nvml.Memory{Total: total, Used: used, Free: total - used}, nvml.SUCCESS
 }
 
 // GetPciInfo reports the bus ID.

@@ -353,3 +353,55 @@ func busID(raw [32]uint8) string {
 	}
 	return strings.ToLower(string(b))
 }
+
+// Telemetry reads what dcgm-exporter's default counters read through NVML: utilisation,
+// framebuffer, temperature, power and the volatile ECC totals. A reading the GPU answers
+// NOT_SUPPORTED for stays nil; any other failure (a lost GPU above all) fails the reading.
+func (d *device) Telemetry() (gpu.Telemetry, error) {
+	var t gpu.Telemetry
+	supported := func(ret nvml.Return, what string) (bool, error) {
+		if ret == nvml.ERROR_NOT_SUPPORTED {
+			return false, nil
+		}
+		return ret == nvml.SUCCESS, check(ret, "read %s of GPU %d", what, d.index)
+	}
+	u, ret := d.dev.GetUtilizationRates()
+	if ok, err := supported(ret, "utilization"); err != nil {
+		return gpu.Telemetry{}, err
+	} else if ok {
+		t.UtilizationPercent, t.MemoryUtilizationPercent = ptrTo(int(u.Gpu)), ptrTo(int(u.Memory))
+	}
+	m, ret := d.dev.GetMemoryInfo()
+	if ok, err := supported(ret, "memory"); err != nil {
+		return gpu.Telemetry{}, err
+	} else if ok {
+		t.MemoryUsedMiB, t.MemoryTotalMiB = ptrTo(int64(m.Used>>20)), ptrTo(int64(m.Total>>20))
+	}
+	temp, ret := d.dev.GetTemperature(nvml.TEMPERATURE_GPU)
+	if ok, err := supported(ret, "temperature"); err != nil {
+		return gpu.Telemetry{}, err
+	} else if ok {
+		t.TemperatureCelsius = ptrTo(int(temp))
+	}
+	mw, ret := d.dev.GetPowerUsage()
+	if ok, err := supported(ret, "power"); err != nil {
+		return gpu.Telemetry{}, err
+	} else if ok {
+		t.PowerMilliwatts = ptrTo(int64(mw))
+	}
+	corrected, ret := d.dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC)
+	if ok, err := supported(ret, "corrected ECC errors"); err != nil {
+		return gpu.Telemetry{}, err
+	} else if ok {
+		t.ECCCorrected = ptrTo(int64(corrected))
+	}
+	uncorrected, ret := d.dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+	if ok, err := supported(ret, "uncorrected ECC errors"); err != nil {
+		return gpu.Telemetry{}, err
+	} else if ok {
+		t.ECCUncorrected = ptrTo(int64(uncorrected))
+	}
+	return t, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }

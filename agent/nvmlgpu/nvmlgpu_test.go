@@ -118,3 +118,34 @@ func TestWatchEvents(t *testing.T) {
 		t.Errorf("WatchEvents: %v", err)
 	}
 }
+
+// Telemetry reads the mock's load through the adapter; a lost GPU fails with ErrLost.
+func TestTelemetry(t *testing.T) {
+	srv, _ := mock.New(mock.DGXA100, mock.WithSeed("n"))
+	lib := nvmlgpu.New(srv, nvmlgpu.Options{})
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := lib.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SetLoad(2, 40); err != nil {
+		t.Fatal(err)
+	}
+	tm, err := devs[2].Telemetry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm.UtilizationPercent == nil || *tm.UtilizationPercent != 40 || tm.MemoryTotalMiB == nil || *tm.MemoryTotalMiB != 81920 ||
+		tm.MemoryUsedMiB == nil || *tm.MemoryUsedMiB <= 0 || tm.TemperatureCelsius == nil || tm.PowerMilliwatts == nil ||
+		tm.MemoryUtilizationPercent == nil || tm.ECCCorrected == nil || tm.ECCUncorrected == nil || *tm.ECCUncorrected != 0 {
+		t.Errorf("GPU 2 at 40%%: %+v", tm)
+	}
+	if err := srv.Inject(2, mock.Fault{Kind: mock.FaultLost}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devs[2].Telemetry(); !errors.Is(err, gpu.ErrLost) {
+		t.Errorf("telemetry of a lost GPU: %v, want ErrLost", err)
+	}
+}

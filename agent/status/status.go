@@ -42,14 +42,17 @@ func Summarize(devices []apiv1.Device, message string) apiv1.GpuNodeStatusStatus
 	return st
 }
 
-// Same tells whether two statuses say the same, heartbeat aside. Nil and empty lists are the
-// same. It is written out rather than reflected: a fleet of 5,000 agents compares statuses
-// on every loop, and reflection made that a third of the simulator's CPU.
+// Same tells whether two statuses say the same, heartbeat and telemetry time aside, with
+// telemetry compared at its significance (see TelemetryMoved): a GPU whose utilisation moved
+// by a point has nothing new to say. Nil and empty lists are the same. It is written out rather
+// than reflected: a fleet of 5,000 agents compares statuses on every loop, and reflection made
+// that a third of the simulator's CPU.
 func Same(a, b apiv1.GpuNodeStatusStatus) bool {
-	return a.Free == b.Free && sameCounts(a, b) && devicesEqual(a.Devices, b.Devices, true)
+	return a.Free == b.Free && sameCounts(a, b) && devicesEqual(a.Devices, b.Devices, true) && !TelemetryMoved(a, b)
 }
 
-// sameHardware tells whether two statuses differ at most in usage (inUseBy, free) and heartbeat.
+// sameHardware tells whether two statuses differ at most in usage (inUseBy, free), telemetry
+// and heartbeat.
 func sameHardware(a, b apiv1.GpuNodeStatusStatus) bool {
 	return sameCounts(a, b) && devicesEqual(a.Devices, b.Devices, false)
 }
@@ -69,15 +72,53 @@ func devicesEqual(x, y []apiv1.Device, usage bool) bool {
 			a.Reason != b.Reason {
 			return false
 		}
-		if (a.UtilizationPercent == nil) != (b.UtilizationPercent == nil) ||
-			a.UtilizationPercent != nil && *a.UtilizationPercent != *b.UtilizationPercent {
-			return false
-		}
 		if usage && !slices.Equal(a.InUseBy, b.InUseBy) {
 			return false
 		}
 	}
 	return true
+}
+
+// Significance of a telemetry change: below these a reading is "the same" and is not worth a
+// write of its own. Counters (Xid, ECC) are significant at every step.
+const (
+	utilizationStep = 5  // percentage points, GPU and memory utilisation
+	memoryUsedStep  = 5  // percent of the GPU's memory
+	temperatureStep = 3  // degrees Celsius
+	powerStep       = 25 // watts
+)
+
+// TelemetryMoved tells whether the devices' telemetry differs significantly between two
+// statuses: a reading appeared or vanished, a gauge moved by its step or more, or a counter
+// changed. Devices are compared by position; a different device list is a hardware change.
+func TelemetryMoved(a, b apiv1.GpuNodeStatusStatus) bool {
+	if len(a.Devices) != len(b.Devices) {
+		return true
+	}
+	for i := range a.Devices {
+		x, y := &a.Devices[i], &b.Devices[i]
+		memStep := max(int64(1), x.MemoryMiB*memoryUsedStep/100)
+		if moved(x.UtilizationPercent, y.UtilizationPercent, utilizationStep) ||
+			moved(x.MemoryUtilizationPercent, y.MemoryUtilizationPercent, utilizationStep) ||
+			moved(x.MemoryUsedMiB, y.MemoryUsedMiB, memStep) ||
+			moved(x.TemperatureCelsius, y.TemperatureCelsius, temperatureStep) ||
+			moved(x.PowerWatts, y.PowerWatts, powerStep) ||
+			moved(x.ECCCorrectedErrors, y.ECCCorrectedErrors, 1) ||
+			moved(x.ECCUncorrectedErrors, y.ECCUncorrectedErrors, 1) ||
+			x.XidErrors != y.XidErrors || x.LastXid != y.LastXid {
+			return true
+		}
+	}
+	return false
+}
+
+// moved tells whether a reading appeared, vanished or changed by step or more.
+func moved[T int32 | int64](a, b *T, step T) bool {
+	if a == nil || b == nil {
+		return (a == nil) != (b == nil)
+	}
+	d := *a - *b
+	return d >= step || -d >= step
 }
 
 // Config configures a Writer.
@@ -98,6 +139,11 @@ type Config struct {
 	// burst of pods lands on a node, this turns one write per pod into one per interval. Zero
 	// means MinInterval.
 	UsageInterval time.Duration
+	// TelemetryInterval is the shortest time between two writes when only telemetry moved
+	// significantly (TelemetryMoved): 1/budget of a minute for a budget of writes per node per
+	// minute. Zero means telemetry never causes a write on its own; it rides along with the
+	// writes that health, usage and heartbeats cause.
+	TelemetryInterval time.Duration
 	// Limiter, when set, is shared by every writer of a process (fleet mode) to cap writes.
 	Limiter flowcontrol.RateLimiter
 }
@@ -111,6 +157,9 @@ type Writer struct {
 	// labelsFrom is the node resourceVersion the last label patch was computed from: while the
 	// cache still shows it, the patch is in flight and is not sent again.
 	labelsFrom string
+	// telemetryHeld is when a telemetry-only write found the shared limiter empty: telemetry
+	// yields to the fleet's health writes and tries again a TelemetryInterval later.
+	telemetryHeld time.Time
 }
 
 // NewWriter makes a writer.
@@ -142,16 +191,38 @@ func (w *Writer) Load(ctx context.Context) error {
 }
 
 // Due is when Sync next has something to do for want: MinInterval after the last write when
-// health or hardware differ from what was written, UsageInterval after it when only usage
-// does, else the next heartbeat.
+// health or hardware differ from what was written, UsageInterval after it when usage does,
+// TelemetryInterval after it when only telemetry moved significantly, else the next heartbeat.
 func (w *Writer) Due(want apiv1.GpuNodeStatusStatus) time.Time {
 	if w.last == nil || !sameHardware(w.last.Status, want) {
 		return w.lastWrite.Add(w.cfg.MinInterval)
 	}
-	if !Same(w.last.Status, want) {
+	last := &w.last.Status
+	if last.Free != want.Free || !devicesEqual(last.Devices, want.Devices, true) {
 		return w.lastWrite.Add(max(w.cfg.UsageInterval, w.cfg.MinInterval))
 	}
-	return w.last.Status.LastHeartbeatTime.Add(w.heartbeat)
+	heartbeat := last.LastHeartbeatTime.Add(w.heartbeat)
+	if w.cfg.TelemetryInterval > 0 && TelemetryMoved(*last, want) {
+		t := w.lastWrite.Add(max(w.cfg.TelemetryInterval, w.cfg.MinInterval))
+		if held := w.telemetryHeld.Add(w.cfg.TelemetryInterval); held.After(t) {
+			t = held
+		}
+		if t.Before(heartbeat) {
+			return t
+		}
+	}
+	return heartbeat
+}
+
+// telemetryOnly tells whether want differs from what was written only in telemetry, with no
+// heartbeat due: a write the shared limiter may refuse.
+func (w *Writer) telemetryOnly(want apiv1.GpuNodeStatusStatus, now time.Time) bool {
+	if w.last == nil || !sameHardware(w.last.Status, want) {
+		return false
+	}
+	last := &w.last.Status
+	return last.Free == want.Free && devicesEqual(last.Devices, want.Devices, true) &&
+		now.Before(last.LastHeartbeatTime.Add(w.heartbeat))
 }
 
 // Sync writes want when it changed or a heartbeat is due and MinInterval has passed. node
@@ -161,7 +232,12 @@ func (w *Writer) Sync(ctx context.Context, node *corev1.Node, want apiv1.GpuNode
 	if now.Before(w.Due(want)) {
 		return false, nil
 	}
-	if w.cfg.Limiter != nil {
+	if w.cfg.Limiter != nil && w.telemetryOnly(want, now) {
+		if !w.cfg.Limiter.TryAccept() {
+			w.telemetryHeld = now
+			return false, nil
+		}
+	} else if w.cfg.Limiter != nil {
 		if err := w.cfg.Limiter.Wait(ctx); err != nil {
 			return false, fmt.Errorf("write GpuNodeStatus %s: %w", w.cfg.Node, err)
 		}

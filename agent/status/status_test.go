@@ -106,7 +106,7 @@ func TestDueSeparatesUsageFromHealth(t *testing.T) {
 
 // Same and the usage-only comparison look at every field but the heartbeat: each field of
 // the status and of a device is changed in turn (by reflection, so a field added later is
-// covered or fails here), and only inUseBy and free may differ for "same hardware".
+// covered or fails here), and only inUseBy, free and telemetry may differ for "same hardware".
 func TestSameSeesEveryField(t *testing.T) {
 	util := int32(40)
 	base := apiv1.GpuNodeStatusStatus{Total: 2, Healthy: 2, Free: 1, Message: "m",
@@ -131,10 +131,13 @@ func TestSameSeesEveryField(t *testing.T) {
 		}
 	}
 	usage := map[string]bool{"InUseBy": true, "Free": true}
+	for _, f := range telemetryFields {
+		usage[f] = true
+	}
 	st := reflect.TypeOf(base)
 	for i := range st.NumField() {
 		f := st.Field(i)
-		if f.Name == "LastHeartbeatTime" || f.Name == "Devices" {
+		if f.Name == "LastHeartbeatTime" || f.Name == "TelemetryTime" || f.Name == "Devices" {
 			continue
 		}
 		c := clone()
@@ -166,3 +169,154 @@ func TestSameSeesEveryField(t *testing.T) {
 		t.Error("a missing device was not seen")
 	}
 }
+
+// telemetryFields are the Device fields the agent reads at the telemetry interval.
+var telemetryFields = []string{"UtilizationPercent", "MemoryUtilizationPercent", "MemoryUsedMiB", "TemperatureCelsius",
+	"PowerWatts", "XidErrors", "LastXid", "ECCCorrectedErrors", "ECCUncorrectedErrors"}
+
+func TestTelemetryMoved(t *testing.T) {
+	i32 := func(v int32) *int32 { return &v }
+	i64 := func(v int64) *int64 { return &v }
+	base := apiv1.Device{ID: 0, MemoryMiB: 80000, UtilizationPercent: i32(40), MemoryUtilizationPercent: i32(20),
+		MemoryUsedMiB: i64(10000), TemperatureCelsius: i32(50), PowerWatts: i32(300),
+		ECCCorrectedErrors: i64(2), ECCUncorrectedErrors: i64(0)}
+	for _, c := range []struct {
+		name  string
+		edit  func(d *apiv1.Device)
+		moved bool
+	}{
+		{"nothing", func(*apiv1.Device) {}, false},
+		{"utilisation +4", func(d *apiv1.Device) { d.UtilizationPercent = i32(44) }, false},
+		{"utilisation +5", func(d *apiv1.Device) { d.UtilizationPercent = i32(45) }, true},
+		{"utilisation -5", func(d *apiv1.Device) { d.UtilizationPercent = i32(35) }, true},
+		{"utilisation gone", func(d *apiv1.Device) { d.UtilizationPercent = nil }, true},
+		{"memory utilisation +6", func(d *apiv1.Device) { d.MemoryUtilizationPercent = i32(26) }, true},
+		{"memory +3999 MiB (under 5%)", func(d *apiv1.Device) { d.MemoryUsedMiB = i64(13999) }, false},
+		{"memory +4000 MiB (5%)", func(d *apiv1.Device) { d.MemoryUsedMiB = i64(14000) }, true},
+		{"temperature +2", func(d *apiv1.Device) { d.TemperatureCelsius = i32(52) }, false},
+		{"temperature +3", func(d *apiv1.Device) { d.TemperatureCelsius = i32(53) }, true},
+		{"power +24 W", func(d *apiv1.Device) { d.PowerWatts = i32(324) }, false},
+		{"power -25 W", func(d *apiv1.Device) { d.PowerWatts = i32(275) }, true},
+		{"one corrected ECC error", func(d *apiv1.Device) { d.ECCCorrectedErrors = i64(3) }, true},
+		{"one uncorrected ECC error", func(d *apiv1.Device) { d.ECCUncorrectedErrors = i64(1) }, true},
+		{"an Xid", func(d *apiv1.Device) { d.XidErrors, d.LastXid = 1, 13 }, true},
+	} {
+		next := *base.DeepCopy()
+		c.edit(&next)
+		a := apiv1.GpuNodeStatusStatus{Devices: []apiv1.Device{base}}
+		b := apiv1.GpuNodeStatusStatus{Devices: []apiv1.Device{next}}
+		if got := status.TelemetryMoved(a, b); got != c.moved {
+			t.Errorf("%s: TelemetryMoved = %v, want %v", c.name, got, c.moved)
+		}
+		if got := status.Same(a, b); got == c.moved {
+			t.Errorf("%s: Same = %v, want %v", c.name, got, !c.moved)
+		}
+	}
+}
+
+// Telemetry alone is written at most once per TelemetryInterval (the per-node budget), and
+// not at all when it did not move significantly; a health change is not held back by it.
+func TestDueKeepsTheTelemetryBudget(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}}
+	w := status.NewWriter(status.Config{
+		Node: "n1", GPUClient: gpufake.NewSimpleClientset(), KubeClient: fake.NewSimpleClientset(node), Clock: clk,
+		Heartbeat: time.Hour, MinInterval: time.Second, UsageInterval: 5 * time.Second, TelemetryInterval: 30 * time.Second,
+	})
+	at := func(h apiv1.Health, util int32) apiv1.GpuNodeStatusStatus {
+		return status.Summarize([]apiv1.Device{{ID: 0, Health: h, UtilizationPercent: &util}}, "")
+	}
+	if ok, err := w.Sync(context.Background(), node, at(apiv1.Healthy, 10)); err != nil || !ok {
+		t.Fatalf("first Sync wrote %v, %v", ok, err)
+	}
+	start := clk.Now()
+	for _, c := range []struct {
+		name string
+		want apiv1.GpuNodeStatusStatus
+		due  time.Duration
+	}{
+		{"utilisation moved 2 points: next heartbeat", at(apiv1.Healthy, 12), w.HeartbeatInterval()},
+		{"utilisation moved 60 points: the budget's interval", at(apiv1.Healthy, 70), 30 * time.Second},
+		{"health changed: at once", at(apiv1.Unhealthy, 70), time.Second},
+	} {
+		if got := w.Due(c.want); got.Sub(start) != c.due {
+			t.Errorf("%s: Due = +%s, want +%s", c.name, got.Sub(start), c.due)
+		}
+	}
+	busy := at(apiv1.Healthy, 70)
+	clk.SetTime(start.Add(29 * time.Second))
+	if ok, _ := w.Sync(context.Background(), node, busy); ok {
+		t.Fatal("telemetry written before its interval")
+	}
+	clk.SetTime(start.Add(30 * time.Second))
+	if ok, err := w.Sync(context.Background(), node, busy); err != nil || !ok {
+		t.Fatalf("telemetry not written after its interval: %v, %v", ok, err)
+	}
+}
+
+// Without a budget telemetry never causes a write; it waits for the heartbeat.
+func TestDueWithoutTelemetryBudget(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}}
+	w := status.NewWriter(status.Config{
+		Node: "n1", GPUClient: gpufake.NewSimpleClientset(), KubeClient: fake.NewSimpleClientset(node), Clock: clk,
+		Heartbeat: time.Hour, MinInterval: time.Second,
+	})
+	util := func(v int32) apiv1.GpuNodeStatusStatus {
+		return status.Summarize([]apiv1.Device{{ID: 0, Health: apiv1.Healthy, UtilizationPercent: &v}}, "")
+	}
+	if ok, err := w.Sync(context.Background(), node, util(0)); err != nil || !ok {
+		t.Fatalf("first Sync wrote %v, %v", ok, err)
+	}
+	if got, want := w.Due(util(100)), clk.Now().Add(w.HeartbeatInterval()); !got.Equal(want) {
+		t.Errorf("Due = %s, want the heartbeat %s", got, want)
+	}
+}
+
+// With the fleet's shared limiter empty, a telemetry-only write yields (it is retried a
+// TelemetryInterval later) while a health write waits for its token.
+func TestTelemetryYieldsToTheSharedLimiter(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}}
+	limiter := &countingLimiter{tokens: 1}
+	w := status.NewWriter(status.Config{
+		Node: "n1", GPUClient: gpufake.NewSimpleClientset(), KubeClient: fake.NewSimpleClientset(node), Clock: clk,
+		Heartbeat: time.Hour, MinInterval: time.Second, TelemetryInterval: 30 * time.Second, Limiter: limiter,
+	})
+	at := func(h apiv1.Health, util int32) apiv1.GpuNodeStatusStatus {
+		return status.Summarize([]apiv1.Device{{ID: 0, Health: h, UtilizationPercent: &util}}, "")
+	}
+	if ok, err := w.Sync(context.Background(), node, at(apiv1.Healthy, 10)); err != nil || !ok {
+		t.Fatalf("first Sync wrote %v, %v", ok, err)
+	}
+	clk.SetTime(clk.Now().Add(30 * time.Second))
+	if ok, err := w.Sync(context.Background(), node, at(apiv1.Healthy, 90)); ok || err != nil {
+		t.Fatalf("telemetry written with the limiter empty: %v, %v", ok, err)
+	}
+	if got, want := w.Due(at(apiv1.Healthy, 90)), clk.Now().Add(30*time.Second); !got.Equal(want) {
+		t.Errorf("held telemetry due %s, want %s", got, want)
+	}
+	if ok, err := w.Sync(context.Background(), node, at(apiv1.Unhealthy, 90)); !ok || err != nil {
+		t.Fatalf("health change not written: %v, %v", ok, err)
+	}
+	if limiter.waits != 2 {
+		t.Errorf("%d waits on the limiter, want 2 (the first write and the health change)", limiter.waits)
+	}
+}
+
+// countingLimiter hands out tokens to Wait always and to TryAccept while it has some.
+type countingLimiter struct {
+	tokens, waits int
+}
+
+func (l *countingLimiter) TryAccept() bool {
+	if l.tokens > 0 {
+		l.tokens--
+		return true
+	}
+	return false
+}
+func (l *countingLimiter) Accept()                        { l.waits++ }
+func (l *countingLimiter) Stop()                          {}
+func (l *countingLimiter) QPS() float32                   { return 1 }
+func (l *countingLimiter) Wait(ctx context.Context) error { l.waits++; l.tokens = 0; return nil }

@@ -68,6 +68,12 @@ type GpuNodeStatusStatus struct {
 	// heartbeat is older than its freshness limit.
 	// +optional
 	LastHeartbeatTime metav1.Time `json:"lastHeartbeatTime,omitempty"`
+	// TelemetryTime is when the utilisation, memory, temperature, power and error counters of
+	// the devices were read. They are published at a bounded rate (the agent's
+	// --telemetry-writes-per-minute), so they may be that much older than the heartbeat's
+	// health.
+	// +optional
+	TelemetryTime *metav1.Time `json:"telemetryTime,omitempty"`
 	// Message explains a node-wide problem, such as NVML failing to initialise.
 	// +optional
 	Message string `json:"message,omitempty"`
@@ -109,6 +115,41 @@ type Device struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	UtilizationPercent *int32 `json:"utilizationPercent,omitempty"`
+	// MemoryUtilizationPercent is how busy the GPU's memory interface was recently (NVML's
+	// memory utilization), when the agent reads it.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MemoryUtilizationPercent *int32 `json:"memoryUtilizationPercent,omitempty"`
+	// MemoryUsedMiB is the GPU memory in use (of MemoryMiB), when the agent reads it.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MemoryUsedMiB *int64 `json:"memoryUsedMiB,omitempty"`
+	// TemperatureCelsius is the GPU's core temperature, when the agent reads it.
+	// +optional
+	TemperatureCelsius *int32 `json:"temperatureCelsius,omitempty"`
+	// PowerWatts is the GPU's power draw, when the agent reads it.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PowerWatts *int32 `json:"powerWatts,omitempty"`
+	// XidErrors counts the Xid errors NVML reported for this GPU since the agent started.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	XidErrors int64 `json:"xidErrors,omitempty"`
+	// LastXid is the code of the last Xid error NVML reported for this GPU.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	LastXid int64 `json:"lastXid,omitempty"`
+	// ECCCorrectedErrors is the GPU's volatile (since driver load) count of corrected ECC
+	// errors, when the GPU reports ECC.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ECCCorrectedErrors *int64 `json:"eccCorrectedErrors,omitempty"`
+	// ECCUncorrectedErrors is the GPU's volatile count of uncorrected ECC errors, when the GPU
+	// reports ECC.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ECCUncorrectedErrors *int64 `json:"eccUncorrectedErrors,omitempty"`
 	// Reason says why the GPU is not Healthy.
 	// +optional
 	Reason string `json:"reason,omitempty"`

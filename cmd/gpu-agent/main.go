@@ -36,12 +36,15 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/telemetry"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 )
 
 type options struct {
 	nodeName, kubeconfig, leaseNamespace, listen  string
 	heartbeat, probe, quiet, minWrite, usageWrite time.Duration
+	telemetryInterval                             time.Duration
+	telemetryWritesPerMinute                      float64
 	fleet                                         bool
 	qps                                           float64
 	burst                                         int
@@ -63,6 +66,8 @@ func main() {
 	fs.DurationVar(&o.quiet, "recovery-quiet-period", 5*time.Minute, "How long an answering GPU must stay free of critical events before it is Healthy again.")
 	fs.DurationVar(&o.minWrite, "min-write-interval", time.Second, "Shortest time between two status writes of one node.")
 	fs.DurationVar(&o.usageWrite, "usage-write-interval", 5*time.Second, "Shortest time between two status writes of one node when only inUseBy changed (health changes go out after --min-write-interval).")
+	fs.DurationVar(&o.telemetryInterval, "telemetry-interval", 10*time.Second, "How often every GPU's utilisation, memory, temperature, power and ECC counters are read (for the status and the DCGM_FI_* series); negative: never.")
+	fs.Float64Var(&o.telemetryWritesPerMinute, "telemetry-writes-per-minute", 2, "Budget of GpuNodeStatus writes per node per minute that telemetry alone may cause when it moved significantly; health changes are not held back by it. Negative: none (telemetry then rides along with health, usage and heartbeat writes).")
 	fs.BoolVar(&o.fleet, "fleet", false, "Simulate every node labelled gpu.scheduling/topology with its mock GPU topology.")
 	fs.Float64Var(&o.qps, "kube-api-qps", 20, "Client QPS to the API server (raise it with --fleet).")
 	fs.IntVar(&o.burst, "kube-api-burst", 40, "Client burst to the API server.")
@@ -105,6 +110,16 @@ func run(ctx context.Context, o options) error {
 	base := agent.Config{
 		KubeClient: kube, GPUClient: gpus,
 		ProbeInterval: o.probe, HeartbeatInterval: o.heartbeat, RecoveryQuietPeriod: o.quiet, MinWriteInterval: o.minWrite, UsageWriteInterval: o.usageWrite,
+		TelemetryInterval: o.telemetryInterval, TelemetryWritesPerMinute: o.telemetryWritesPerMinute,
+	}
+	if o.telemetryWritesPerMinute == 0 {
+		base.TelemetryWritesPerMinute = -1 // zero on the command line means none, not the default
+	}
+	if !o.fleet {
+		// Per-GPU DCGM_FI_* series for this node's GPUs. Not in fleet mode: thousands of
+		// simulated nodes would make every scrape hundreds of thousands of series.
+		telemetry.Register()
+		base.Telemetry = telemetry.Default
 	}
 
 	mux := http.NewServeMux()
