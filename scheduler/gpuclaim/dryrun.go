@@ -61,7 +61,16 @@ func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, f
 	if pod != nil {
 		self = pod.UID
 	}
-	switch req, err := requestFor(claim); {
+	req, err := requestFor(claim)
+	// The pod's scheduling map entry, as PreFilter applies it (schedulingmap.go).
+	var pn *pin
+	var mapErr error
+	if err == nil && pod != nil {
+		if pn, mapErr = pinOf(pod); mapErr == nil && pn != nil {
+			mapErr = pn.apply(&req, key)
+		}
+	}
+	switch {
 	case claim.DeletionTimestamp != nil:
 		out.Blocked = fmt.Sprintf("GpuClaim %s is being deleted", key)
 	case err != nil:
@@ -70,6 +79,8 @@ func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, f
 		out.Blocked = fmt.Sprintf("GpuClaim %s is not owned by pod %s (UID %s); it was not made from its GpuClaimTemplate for this pod", key, pod.Name, pod.UID)
 	case heldByOther(claim, self, snap.Pods):
 		out.Blocked = fmt.Sprintf("GpuClaim %s is held by pod %s/%s; one claim serves one pod at a time", key, claim.Namespace, claim.Status.PodName)
+	case mapErr != nil:
+		out.Blocked = mapErr.Error()
 	default:
 		l := ledgerOf(snap)
 		oldest := now.Add(-freshness)
@@ -77,7 +88,9 @@ func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, f
 		for i := range snap.Nodes {
 			n := &snap.Nodes[i]
 			v := NodeVerdict{Node: n.Name}
-			if !selectorMatches(claim, n) {
+			if pn != nil && n.Name != pn.alloc.Node {
+				v.Reason = reasonNotPinned
+			} else if !selectorMatches(claim, n) {
 				v.Reason = reasonSelector
 			} else if res, st, unfit := judgeNode(l, n.Name, self, rk, req, oldest); st != nil {
 				v.Reason = st.Message()
@@ -90,6 +103,9 @@ func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, f
 			out.Nodes = append(out.Nodes, v)
 		}
 		sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Node < out.Nodes[j].Node })
+		if pn != nil && !hasNode(snap.Nodes, pn.alloc.Node) {
+			out.Blocked = pn.message(pod, fmt.Sprintf("node %s does not exist", pn.alloc.Node))
+		}
 	}
 	return out
 }
@@ -190,4 +206,13 @@ func boundAllocation(pod *v1.Pod) (apiv1.Allocation, bool) {
 		return apiv1.Allocation{}, false
 	}
 	return alloc, true
+}
+
+func hasNode(nodes []v1.Node, name string) bool {
+	for i := range nodes {
+		if nodes[i].Name == name {
+			return true
+		}
+	}
+	return false
 }

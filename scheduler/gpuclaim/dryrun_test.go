@@ -118,3 +118,32 @@ func TestDryRunAgreesWithFilter(t *testing.T) {
 		t.Errorf("DryRun: %d of %d nodes fit, want 1 of 3: %+v", fits, len(got.Nodes), got.Nodes)
 	}
 }
+
+// A pod covered by its scheduling map is judged as PreFilter judges it: only the entry's node,
+// only the entry's GPUs; a malformed map or a missing node blocks it.
+func TestDryRunFollowsTheSchedulingMap(t *testing.T) {
+	now := time.Now()
+	snap := &Snapshot{
+		Nodes:    []v1.Node{*node("a", nil), *node("b", nil)},
+		Statuses: []apiv1.GpuNodeStatus{*seedStatus("a", now), *seedStatus("b", now)},
+		Leases:   []coordinationv1.Lease{gpuLease("b", 4, "uid-x")},
+	}
+	claim := claimObj("c0", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}})
+	got := DryRun(claim, indexedPod(0), snap, now, time.Minute) // 0=b:4,6; GPU 4 is leased
+	want := []NodeVerdict{{Node: "a", Reason: reasonNotPinned}, {Node: "b", Reason: reasonNoFit, Detail: "GPU 4 is held by another pod"}}
+	if got.Blocked != "" || !reflect.DeepEqual(got.Nodes, want) {
+		t.Fatalf("held entry: %+v, want %+v", got, want)
+	}
+	snap.Leases = nil
+	if got := DryRun(claim, indexedPod(0), snap, now, time.Minute); !reflect.DeepEqual(got.Nodes[1].GPUs, []int{4, 6}) {
+		t.Fatalf("free entry: %+v, want node b on GPUs 4,6", got.Nodes)
+	}
+	if got := DryRun(claimObj("c5", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}), indexedPod(5), snap, now, time.Minute); got.Blocked != "gpu-scheduling-map entry 5=gone:0,1 for pod ns/train-5-x7k9p (index 5): node gone does not exist" {
+		t.Fatalf("missing node: Blocked = %q", got.Blocked)
+	}
+	bad := indexedPod(0)
+	bad.Annotations[apiv1.AnnotationSchedulingMap] = "0=b"
+	if got := DryRun(claim, bad, snap, now, time.Minute); got.Blocked == "" || len(got.Nodes) != 0 {
+		t.Fatalf("malformed map: %+v", got)
+	}
+}
