@@ -52,6 +52,9 @@ type Config struct {
 	// EventWaitTimeout bounds each agent's wait for mock NVML events (how fast a removed node's
 	// agent stops). Default 2s.
 	EventWaitTimeout time.Duration
+	// DeviceHook, when set, gives each node's agent its OnDevices function (agent.Config): the
+	// simulator's DRA baseline publishes every node's ResourceSlice from it (package agent/dra).
+	DeviceHook func(node *corev1.Node) func([]apiv1.Device)
 }
 
 // Fleet is the set of simulated node agents.
@@ -196,6 +199,9 @@ func (f *Fleet) startLocked(ctx context.Context, n *corev1.Node, topology string
 	cfg.GPUs = nvmlgpu.New(srv, nvmlgpu.Options{EventWaitTimeout: f.cfg.EventWaitTimeout})
 	cfg.GPUClient, cfg.KubeClient = f.cfg.GPUClient, f.cfg.KubeClient
 	cfg.Nodes, cfg.Leases, cfg.WriteLimiter = f.nodes, f.leases, f.limiter
+	if f.cfg.DeviceHook != nil {
+		cfg.OnDevices = f.cfg.DeviceHook(n)
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
