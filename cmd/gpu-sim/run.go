@@ -25,13 +25,15 @@ type runOptions struct {
 	// kubeconfig and baselineKubeconfig select existing clusters instead of fresh harness ones.
 	kubeconfig         string
 	baselineKubeconfig string
+	// dra, when the flag was given, overrides the scenario's spec.baseline.dra.
+	dra *bool
 }
 
 // runnerOptions turns the flags into the runner's options and checks their combination.
 func (o *runOptions) runnerOptions(s *scenario.Scenario) (runner.Options, error) {
 	ro := runner.Options{
 		Scenario: s, Baseline: !o.noBaseline, StartFleet: runner.StartInProcessFleet,
-		Kubeconfig: o.kubeconfig, BaselineKubeconfig: o.baselineKubeconfig,
+		Kubeconfig: o.kubeconfig, BaselineKubeconfig: o.baselineKubeconfig, DRA: o.dra,
 	}
 	for _, p := range []string{o.kubeconfig, o.baselineKubeconfig} {
 		if p == "" {
@@ -79,7 +81,9 @@ func newRunCommand() *cobra.Command {
 		Long: `run brings up a local control plane (etcd, kube-apiserver, kube-controller-manager, kwok),
 creates the scenario's kwok GPU nodes, starts the production agent fleet, webhook and
 gpu-scheduler, plays the workload and faults, and measures; then does the same on a fresh
-identical cluster with the stock kube-scheduler. It prints a table and writes
+identical cluster with the stock kube-scheduler (pods asking for nvidia.com/gpu), and with
+spec.baseline.dra or --dra a third time with the stock kube-scheduler allocating the GPUs
+through Dynamic Resource Allocation (ResourceSlices, ResourceClaimTemplates). It prints a table and writes
 reports/<scenario>-<time>/report.{json,html} with the components' logs. Ctrl-C tears down.
 
 With --kubeconfig it starts no control plane and runs against that existing cluster, which must
@@ -99,6 +103,10 @@ The exit status is 1 when an expectation of the scenario fails.`,
 				nodes, gpus := s.TotalNodes()
 				fmt.Printf("%s is valid: %d nodes, %d GPUs, %d pods asking for %d GPUs over %s\n", args[0], nodes, gpus, sum.Pods, sum.GPUs, sum.Span)
 				return nil
+			}
+			if cmd.Flags().Changed("dra") {
+				v, _ := cmd.Flags().GetBool("dra")
+				o.dra = &v
 			}
 			ro, err := o.runnerOptions(s)
 			if err != nil {
@@ -148,7 +156,8 @@ The exit status is 1 when an expectation of the scenario fails.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&o.noBaseline, "no-baseline", false, "skip the stock kube-scheduler run")
+	cmd.Flags().BoolVar(&o.noBaseline, "no-baseline", false, "skip the stock kube-scheduler runs (nvidia.com/gpu and DRA)")
+	cmd.Flags().Bool("dra", false, "also run the stock kube-scheduler with Dynamic Resource Allocation (--dra=false: not even if the scenario's spec.baseline.dra asks); default: the scenario's spec.baseline.dra")
 	cmd.Flags().StringVar(&o.reports, "reports", "reports", "directory for the reports")
 	cmd.Flags().BoolVar(&o.validate, "validate", false, "only load and validate the scenario")
 	cmd.Flags().BoolVar(&o.cpuProfile, "cpuprofile", false, "write a CPU profile of gpu-sim itself (which runs the agent fleet) to gpu-sim.cpu.pprof in the report directory")

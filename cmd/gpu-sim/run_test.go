@@ -31,6 +31,12 @@ func TestRunFlags(t *testing.T) {
 		{args: []string{"--baseline-kubeconfig=" + kc}, wantErr: "needs --kubeconfig"},
 		{args: []string{"--kubeconfig=" + kc, "--baseline-kubeconfig=" + kc, "--no-baseline"}, wantErr: "baseline is off"},
 		{args: []string{"--kubeconfig=" + filepath.Join(dir, "missing")}, wantErr: "no such file"},
+		{args: []string{"--kubeconfig=" + kc, "--dra"}, wantErr: "only on the simulator's own clusters"},
+		{args: []string{"--dra"}, check: func(t *testing.T, o *runOptions) {
+			if o.dra == nil || !*o.dra {
+				t.Errorf("--dra did not turn the DRA baseline on: %+v", o)
+			}
+		}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			cmd := newRunCommand()
@@ -42,6 +48,10 @@ func TestRunFlags(t *testing.T) {
 			o.kubeconfig, _ = cmd.Flags().GetString("kubeconfig")
 			o.baselineKubeconfig, _ = cmd.Flags().GetString("baseline-kubeconfig")
 			o.noBaseline, _ = cmd.Flags().GetBool("no-baseline")
+			if cmd.Flags().Changed("dra") {
+				v, _ := cmd.Flags().GetBool("dra")
+				o.dra = &v
+			}
 			_, err := o.runnerOptions(s)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

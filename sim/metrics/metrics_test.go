@@ -237,6 +237,24 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 	if sched != 82 || agent != 7 || total != 139 || len(rows) != 5 {
 		t.Fatalf("scheduling %v agent %v total %v rows %d (%v)", sched, agent, total, len(rows), rows)
 	}
+	// The DRA run: claim creates (from templates), allocation and release status writes,
+	// finalizer updates and kube-controller-manager's applies of the pod's claim status count;
+	// claim deletes are releases and the slices are the agent's.
+	dra, err := ParseRequestTotals(`apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} 10
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="resource.k8s.io",resource="resourceclaims",scope="resource",subresource="",verb="POST",version="v1"} 10
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="resource.k8s.io",resource="resourceclaims",scope="resource",subresource="status",verb="PUT",version="v1"} 20
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="resource.k8s.io",resource="resourceclaims",scope="resource",subresource="",verb="PATCH",version="v1"} 10
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="resource.k8s.io",resource="resourceclaims",scope="resource",subresource="",verb="DELETE",version="v1"} 10
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="resource.k8s.io",resource="resourceslices",scope="resource",subresource="",verb="PUT",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="APPLY",version="v1"} 10
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 20
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, sched, agent, total := Writes(dra); sched != 60 || agent != 3 || total != 93 {
+		t.Fatalf("DRA: scheduling %v agent %v total %v, want 60, 3, 93 (kwok's pod status PATCHes apart)", sched, agent, total)
+	}
 	if _, err := ParseRequestTotals(`apiserver_request_total{verb="POST} 1`); err == nil {
 		t.Fatal("malformed labels parsed")
 	}

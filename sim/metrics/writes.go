@@ -124,9 +124,13 @@ type WriteRow struct {
 }
 
 // SchedulingWrite says whether a write series is part of placing pods: bindings, GPU lease
-// creates (conflicts included), claim writes and pod patches. It leaves out lease deletes
-// (releases), events, the workload's own pod and claim creates, kwok's pod status updates and
-// node heartbeats (lease PUTs), and the agent's GpuNodeStatus writes, which the report lists apart.
+// creates (conflicts included), claim writes and pod patches; for DRA, every ResourceClaim
+// write but the delete (kube-controller-manager makes a claim per pod from its template, names
+// it in the pod's status and takes the pod out of it when the pod ends; the scheduler writes
+// the allocation and the claim's finalizer). It leaves out
+// lease and ResourceClaim deletes (releases), events, the workload's own pod and GpuClaim
+// creates, kwok's pod status updates and node heartbeats (lease PUTs), and the agent's
+// GpuNodeStatus and ResourceSlice writes, which the report lists apart.
 func SchedulingWrite(k RequestKey) bool {
 	switch {
 	case k.Resource == "pods" && k.Subresource == "binding" && k.Verb == "POST":
@@ -136,6 +140,12 @@ func SchedulingWrite(k RequestKey) bool {
 	case k.Resource == "leases" && k.Verb == "POST":
 		return true
 	case k.Resource == "gpuclaims" && k.Verb != "POST":
+		return true
+	case k.Resource == "resourceclaims" && k.Verb != "DELETE" && k.Verb != "DELETECOLLECTION":
+		return true
+	case k.Resource == "pods" && k.Subresource == "status" && k.Verb == "APPLY":
+		// kube-controller-manager records in the pod which ResourceClaim it made for it
+		// (status.resourceClaimStatuses, server-side apply); kwok's status writes are PATCHes.
 		return true
 	}
 	return false
@@ -153,7 +163,7 @@ func Writes(diff RequestCounts) (rows []WriteRow, scheduling, agent, total float
 		if row.Scheduling {
 			scheduling += v
 		}
-		if k.Resource == "gpunodestatuses" {
+		if k.Resource == "gpunodestatuses" || k.Resource == "resourceslices" {
 			agent += v
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // mapNodes bounds the GPU map: beyond this many nodes per run the map shows the first ones.
 const mapNodes = 120
 
-var colours = map[string]string{runner.ModeGPU: "#1f77b4", runner.ModeStock: "#d62728"}
+var colours = map[string]string{runner.ModeGPU: "#1f77b4", runner.ModeStock: "#d62728", runner.ModeDRA: "#2ca02c"}
 
 // utilizationSVG draws utilization (solid) and fragmentation (dashed) of every run over time.
 func utilizationSVG(runs []*runner.RunResult) template.HTML {
@@ -61,7 +61,7 @@ func utilizationSVG(runs []*runner.RunResult) template.HTML {
 	}
 	y := 14.0
 	for _, x := range runs {
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s: utilization (solid), fragmentation (dashed)</text>`, left+10, y, colours[x.Mode], x.Mode)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s: utilization (solid), fragmentation (dashed)</text>`, left+10, y, colours[x.Mode], runner.ModeTitle(x.Mode))
 		y += 14
 	}
 	b.WriteString(`</svg>`)
@@ -126,7 +126,7 @@ func allocationSVG(runs []*runner.RunResult) template.HTML {
 			p := x.Fill.Curve[i-1]
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="5" fill="none" stroke="%s" stroke-width="2"/>`, px(p.Requested), py(x.Fill.AllocationAtFirstUnplaced), colours[x.Mode])
 		}
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s: %.1f%% allocated at the end; ring: first pod not placed</text>`, left+10, y, colours[x.Mode], x.Mode, x.Fill.Allocation*100)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s: %.1f%% allocated at the end; ring: first pod not placed</text>`, left+10, y, colours[x.Mode], runner.ModeTitle(x.Mode), x.Fill.Allocation*100)
 		y += 14
 	}
 	b.WriteString(`</svg>`)
@@ -192,6 +192,7 @@ func gpuMapSVG(m []metrics.NodeMap) template.HTML {
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"shift": func(v int64) int64 { return v >> 20 },
+	"title": runner.ModeTitle,
 	"unscheduled": func(r *Report, mode string) string {
 		if x := r.Run(mode); x != nil {
 			return "unscheduled " + unscheduledLine(x)
@@ -211,12 +212,12 @@ th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-we
 <p class="note">{{.R.File}}: {{.R.Nodes}} nodes, {{.R.GPUs}} GPUs, {{.R.Pods}} pods asking for {{.R.Workload.GPUs}} GPUs, seed {{.R.Seed}}. Started {{.R.Started.Format "2006-01-02 15:04:05"}}, wall time {{.Wall}}.</p>
 {{if .R.Checks}}<h2>Expectations (gpu-scheduler run)</h2><table><tr><th>check</th><th>want</th><th>got</th><th></th></tr>
 {{range .R.Checks}}<tr><td>{{.Name}}</td><td>{{.Want}}</td><td>{{.Got}}</td><td class="{{if .Pass}}pass{{else}}fail{{end}}">{{if .Pass}}PASS{{else}}FAIL{{end}}</td></tr>{{end}}</table>{{end}}
-<h2>gpu-scheduler vs stock kube-scheduler</h2>
-<table><tr><th></th>{{range .R.Runs}}<th>{{.Mode}}</th>{{end}}</tr>
+<h2>gpu-scheduler vs the stock kube-scheduler</h2>
+<table><tr><th></th>{{range .R.Runs}}<th>{{title .Mode}}</th>{{end}}</tr>
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>
 {{range .R.Notes}}<p class="note">{{.}}</p>{{end}}
-{{range .R.Runs}}{{$m := .Mode}}{{range .Notes}}<p class="note">{{$m}}: {{.}}</p>{{end}}{{end}}
-{{range .R.Runs}}{{$m := .Mode}}{{with .Unschedulable}}<p class="note">{{$m}}: {{unscheduled $.R $m}}</p>{{end}}{{end}}
+{{range .R.Runs}}{{$m := .Mode}}{{range .Notes}}<p class="note">{{title $m}}: {{.}}</p>{{end}}{{end}}
+{{range .R.Runs}}{{$m := .Mode}}{{with .Unschedulable}}<p class="note">{{title $m}}: {{unscheduled $.R $m}}</p>{{end}}{{end}}
 {{if .Alloc}}<h2>GPU allocation rate as the arrivals grow (fill)</h2>
 {{.Alloc}}
 <p class="note">Pods arrive in trace order and never leave. A point is the cluster after an arrival: the share of its GPUs allocated to the pods that arrived so far (y) against the share their requests add up to (x). The dashed line is perfect packing.</p>{{end}}
@@ -224,18 +225,18 @@ th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-we
 {{.Util}}
 <h2>GPU map at peak utilization</h2>
 <p class="note">One row per node, one cell per GPU. Hue: NVLink island within the node; dark: held (shade tells pods apart; hover for the pod), pale: free; red border: Unhealthy. {{if .Truncated}}The first {{.MapNodes}} nodes are shown.{{end}}</p>
-<div class="side">{{range .Maps}}<div><h3>{{.Mode}} (at {{.At}})</h3>{{.SVG}}</div>{{end}}</div>
+<div class="side">{{range .Maps}}<div><h3>{{title .Mode}} (at {{.At}})</h3>{{.SVG}}</div>{{end}}</div>
 <h2>API writes during the workload</h2>
-<div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table><tr><th>request</th><th>count</th><th>scheduling</th></tr>
+<div class="side">{{range .R.Runs}}<div><h3>{{title .Mode}}</h3><table><tr><th>request</th><th>count</th><th>scheduling</th></tr>
 {{range .Writes}}<tr><td>{{.Key}}</td><td>{{printf "%.0f" .Count}}</td><td>{{if .Scheduling}}yes{{end}}</td></tr>{{end}}</table></div>{{end}}</div>
 <p class="note">Scheduling writes: pod bindings, GPU lease creates (conflicts included), GpuClaim writes and pod patches. Lease deletes (releases), the workload's own creates, kwok's status updates and node heartbeats, events and the agent's GpuNodeStatus writes are listed but not counted as scheduling writes.</p>
 <h2>Peak memory by process</h2>
-<div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table>{{range $k, $v := .PeakRSSByProcess}}<tr><td>{{$k}}</td><td>{{printf "%d MiB" (shift $v)}}</td></tr>{{end}}</table></div>{{end}}</div>
+<div class="side">{{range .R.Runs}}<div><h3>{{title .Mode}}</h3><table>{{range $k, $v := .PeakRSSByProcess}}<tr><td>{{$k}}</td><td>{{printf "%d MiB" (shift $v)}}</td></tr>{{end}}</table></div>{{end}}</div>
 <h2>CPU time during the workload by process</h2>
-<div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table>{{range $k, $v := .WorkloadCPUSeconds}}<tr><td>{{$k}}</td><td>{{printf "%.1f s" $v}}</td></tr>{{end}}<tr><th>all</th><th>{{printf "%.1f s" .WorkloadCPUTotal}}</th></tr></table></div>{{end}}</div>
+<div class="side">{{range .R.Runs}}<div><h3>{{title .Mode}}</h3><table>{{range $k, $v := .WorkloadCPUSeconds}}<tr><td>{{$k}}</td><td>{{printf "%.1f s" $v}}</td></tr>{{end}}<tr><th>all</th><th>{{printf "%.1f s" .WorkloadCPUTotal}}</th></tr></table></div>{{end}}</div>
 <p class="note">Everything runs on one machine, so a process's CPU time is taken from the others: on a small machine the kube-apiserver's CPU per bound pod bounds the throughput.</p>
 <h2>Where the wall time went</h2>
-<div class="side">{{range .R.Runs}}<div><h3>{{.Mode}}</h3><table>{{range .Phases}}<tr><td>{{.Name}}</td><td>{{printf "%.1f s" .Duration.Seconds}}</td></tr>{{end}}</table></div>{{end}}</div>
+<div class="side">{{range .R.Runs}}<div><h3>{{title .Mode}}</h3><table>{{range .Phases}}<tr><td>{{.Name}}</td><td>{{printf "%.1f s" .Duration.Seconds}}</td></tr>{{end}}</table></div>{{end}}</div>
 </body></html>
 `))
 

@@ -21,6 +21,9 @@ import (
 // AnyNNote says how the stock scheduler's GPU IDs are read, naming the policy.
 const AnyNNote = "The stock kube-scheduler only counts nvidia.com/gpu: it picks a node, not GPU IDs. Inside the node its pods get the GPUs the " + baseline.PolicyName + " would pick among the free healthy ones, run on the same mock NVML topology as the agent's. Multi-node NVLink domains (GB200 NVL72) are not used by either scheduler: islands are per node."
 
+// DRANote says what the DRA run is and what it is not.
+const DRANote = "The stock + DRA run: the same nodes publish resource.k8s.io/v1 ResourceSlices (one device per GPU with its index, UUID, model, memory, island, bandwidth and health from the agents' own discovery of the mock NVML; a GPU that is not Healthy carries a NoSchedule device taint), and each pod names a ResourceClaimTemplate of its claim's shape; the stock kube-scheduler's DynamicResources plugin allocates the devices and its GPU IDs are read from the ResourceClaims' allocation results. kwok runs the pods: no kubelet plugin prepares the devices, so the figures are about placement."
+
 // Check is one expectation of the scenario, judged on the gpu-scheduler run.
 type Check struct {
 	Name string `json:"name"`
@@ -55,14 +58,20 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 	r := &Report{Scenario: s.Metadata.Name, Description: s.Metadata.Description, File: file, Seed: s.Spec.Seed,
 		Started: started, Wall: wall, Nodes: nodes, GPUs: gpus, Pods: len(plan), Runs: runs,
 		Workload: scenario.Summarize(plan), Spec: s, Ratios: map[string]float64{}}
-	ours, stock := r.Run(runner.ModeGPU), r.Run(runner.ModeStock)
+	ours, stock, withDRA := r.Run(runner.ModeGPU), r.Run(runner.ModeStock), r.Run(runner.ModeDRA)
 	if stock != nil {
 		r.Notes = append(r.Notes, AnyNNote)
-		if stock.Metrics.Throughput > 0 {
+		if ours != nil && stock.Metrics.Throughput > 0 {
 			r.Ratios["throughput"] = ours.Metrics.Throughput / stock.Metrics.Throughput
 		}
-		if stock.Metrics.LatencyP99 > 0 {
+		if ours != nil && stock.Metrics.LatencyP99 > 0 {
 			r.Ratios["latencyP99"] = float64(ours.Metrics.LatencyP99) / float64(stock.Metrics.LatencyP99)
+		}
+	}
+	if withDRA != nil {
+		r.Notes = append(r.Notes, DRANote)
+		if ours != nil && withDRA.Metrics.Throughput > 0 {
+			r.Ratios["throughputDRA"] = ours.Metrics.Throughput / withDRA.Metrics.Throughput
 		}
 	}
 	if ours == nil {
@@ -167,7 +176,7 @@ func (r *Report) rows() [][]string {
 		{"double-booked GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.DoubleBookedGPUs) }},
 		{"allocations on unhealthy GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.UnhealthyAllocations) }},
 		{"GPU leases left after pods gone", func(x *runner.RunResult) string {
-			if x.Mode == runner.ModeStock {
+			if x.Mode != runner.ModeGPU {
 				return "n/a (no leases)"
 			}
 			return fmt.Sprint(x.LeasesLeft)
@@ -281,7 +290,7 @@ func (r *Report) Table(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	head := []string{""}
 	for _, x := range r.Runs {
-		head = append(head, x.Mode)
+		head = append(head, runner.ModeTitle(x.Mode))
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	for _, row := range r.rows() {
@@ -290,6 +299,9 @@ func (r *Report) Table(w io.Writer) {
 	_ = tw.Flush()
 	if v, ok := r.Ratios["throughput"]; ok {
 		fmt.Fprintf(w, "throughput gpu-scheduler / stock: %.2fx\n", v)
+	}
+	if v, ok := r.Ratios["throughputDRA"]; ok {
+		fmt.Fprintf(w, "throughput gpu-scheduler / stock + DRA: %.2fx\n", v)
 	}
 	for _, x := range r.Runs {
 		for _, n := range x.Notes {

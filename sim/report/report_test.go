@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -40,5 +41,38 @@ func TestTableFill(t *testing.T) {
 	}
 	if n := strings.Count(out, "unscheduled ("); n != 2 {
 		t.Errorf("%d unscheduled lines, want one per run:\n%s", n, out)
+	}
+}
+
+// With the DRA baseline the table has three columns, the DRA ratio and the DRA run's notes.
+func TestTableThreeWay(t *testing.T) {
+	s := &scenario.Scenario{Metadata: scenario.Metadata{Name: "three"}, Spec: scenario.Spec{
+		NodePools: []scenario.NodePool{{Name: "a", Count: 2, Topology: "dgx-h100", GPUsPerNode: 8}},
+		Workload:  scenario.Workload{Trace: []scenario.TraceEntry{{Name: "p", Claim: &scenario.ClaimSpec{Count: 1}}}},
+	}}
+	run := func(mode string, tput float64) *runner.RunResult {
+		x := &runner.RunResult{Mode: mode}
+		x.Metrics.Throughput, x.Metrics.Bound, x.Metrics.Pods = tput, 10, 10
+		return x
+	}
+	withDRA := run(runner.ModeDRA, 5)
+	withDRA.Notes = []string{"DRA cannot express: gangs (2 pods in 1 gangs)"}
+	var b bytes.Buffer
+	Build(s, "three.yaml", []*runner.RunResult{run(runner.ModeGPU, 20), run(runner.ModeStock, 10), withDRA}, time.Unix(0, 0), time.Minute).Table(&b)
+	out := b.String()
+	for _, want := range []string{
+		"throughput gpu-scheduler / stock: 2.00x",
+		"throughput gpu-scheduler / stock + DRA: 4.00x",
+		"note (kube-scheduler-dra): DRA cannot express: gangs",
+		"note: The stock + DRA run:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, re := range []string{`gpu-scheduler +stock \+ nvidia\.com/gpu +stock \+ DRA\n`, `leases left after pods gone +0 +n/a \(no leases\) +n/a \(no leases\)\n`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("the table lacks a line like %s:\n%s", re, out)
+		}
 	}
 }

@@ -41,6 +41,15 @@ func (o Options) Targets() (map[string]string, error) {
 		return nil, errors.New("--baseline-kubeconfig is given but the baseline is off (--no-baseline or spec.baseline.disabled)")
 	}
 	t := map[string]string{ModeGPU: o.Kubeconfig}
+	if o.draWanted() {
+		if o.Kubeconfig != "" {
+			if o.DRA != nil {
+				return nil, errors.New("--dra: the DRA baseline runs only on the simulator's own clusters, not with --kubeconfig")
+			}
+		} else {
+			t[ModeDRA] = ""
+		}
+	}
 	if o.baselineWanted() {
 		t[ModeStock] = o.Kubeconfig // sequentially on the same cluster, after the first run's cleanup
 		if o.BaselineKubeconfig != "" {
@@ -52,6 +61,18 @@ func (o Options) Targets() (map[string]string, error) {
 
 func (o Options) baselineWanted() bool {
 	return o.Baseline && (o.Scenario == nil || !o.Scenario.Spec.Baseline.Disabled)
+}
+
+// draWanted: the DRA baseline runs when the baselines run and the flag, or else the scenario,
+// asks for it.
+func (o Options) draWanted() bool {
+	if !o.baselineWanted() {
+		return false
+	}
+	if o.DRA != nil {
+		return *o.DRA
+	}
+	return o.Scenario != nil && o.Scenario.Spec.Baseline.DRA
 }
 
 // owned is what one run created on an existing cluster; cleanup removes exactly this.

@@ -20,6 +20,13 @@ func testScenario(disabled bool) *scenario.Scenario {
 	return s
 }
 
+func withDRA(s *scenario.Scenario) *scenario.Scenario {
+	s.Spec.Baseline.DRA = true
+	return s
+}
+
+func boolPtr(v bool) *bool { return &v }
+
 func TestTargets(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -37,6 +44,18 @@ func TestTargets(t *testing.T) {
 			want: map[string]string{ModeGPU: "k", ModeStock: "k"}},
 		{name: "two existing clusters", o: Options{Scenario: testScenario(false), Baseline: true, Kubeconfig: "k", BaselineKubeconfig: "b"},
 			want: map[string]string{ModeGPU: "k", ModeStock: "b"}},
+		{name: "DRA asked by the scenario", o: Options{Scenario: withDRA(testScenario(false)), Baseline: true},
+			want: map[string]string{ModeGPU: "", ModeStock: "", ModeDRA: ""}},
+		{name: "DRA asked by the scenario, turned off by the flag", o: Options{Scenario: withDRA(testScenario(false)), Baseline: true, DRA: boolPtr(false)},
+			want: map[string]string{ModeGPU: "", ModeStock: ""}},
+		{name: "DRA by the flag", o: Options{Scenario: testScenario(false), Baseline: true, DRA: boolPtr(true)},
+			want: map[string]string{ModeGPU: "", ModeStock: "", ModeDRA: ""}},
+		{name: "DRA without baselines", o: Options{Scenario: withDRA(testScenario(false))},
+			want: map[string]string{ModeGPU: ""}},
+		{name: "DRA from the scenario on an existing cluster: skipped", o: Options{Scenario: withDRA(testScenario(false)), Baseline: true, Kubeconfig: "k"},
+			want: map[string]string{ModeGPU: "k", ModeStock: "k"}},
+		{name: "DRA by the flag on an existing cluster", o: Options{Scenario: testScenario(false), Baseline: true, Kubeconfig: "k", DRA: boolPtr(true)},
+			errWants: "only on the simulator's own clusters"},
 		{name: "baseline kubeconfig alone", o: Options{Scenario: testScenario(false), Baseline: true, BaselineKubeconfig: "b"},
 			errWants: "--baseline-kubeconfig needs --kubeconfig"},
 		{name: "baseline kubeconfig without a baseline", o: Options{Scenario: testScenario(false), Kubeconfig: "k", BaselineKubeconfig: "b"},

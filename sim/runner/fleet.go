@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
 	agentmetrics "github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
@@ -18,7 +19,17 @@ import (
 
 // inProcessFleet runs the production agent fleet (package agent/fleet: one agent loop per kwok
 // node over the mock NVML of the node's topology) inside this process until ctx ends.
-type inProcessFleet struct{ f *fleet.Fleet }
+type inProcessFleet struct {
+	f   *fleet.Fleet
+	pub *dra.Publisher
+}
+
+func (p inProcessFleet) SlicesPublished() int {
+	if p.pub == nil {
+		return 0
+	}
+	return p.pub.Published()
+}
 
 func (p inProcessFleet) Inject(_ context.Context, node string, gpu int, fault string) error {
 	ft, err := mock.ParseFault(fault)
@@ -43,11 +54,25 @@ func StartInProcessFleet(ctx context.Context, c *cluster.Cluster, o FleetOptions
 	if err != nil {
 		return nil, fmt.Errorf("GPU client for the agent fleet: %w", err)
 	}
-	f, err := fleet.New(fleet.Config{
+	fc := fleet.Config{
 		KubeClient: cs, GPUClient: gcs, LeaseNamespace: LeaseNamespace,
 		Agent:    agentConfig(o),
 		WriteQPS: 300, WriteBurst: 600,
-	})
+	}
+	var pub *dra.Publisher
+	if o.DRA {
+		if err := dra.EnsureDeviceClass(ctx, cs); err != nil {
+			return nil, err
+		}
+		// The slices share the fleet's write budget in spirit: one create per node at start,
+		// then a write per health change.
+		if pub, err = dra.NewPublisher(dra.PublisherConfig{Client: cs, WriteQPS: 300, WriteBurst: 600}); err != nil {
+			return nil, err
+		}
+		fc.DeviceHook = pub.Hook
+		go pub.Run(ctx)
+	}
+	f, err := fleet.New(fc)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +81,7 @@ func StartInProcessFleet(ctx context.Context, c *cluster.Cluster, o FleetOptions
 			klog.FromContext(ctx).Error(err, "Agent fleet stopped")
 		}
 	}()
-	return inProcessFleet{f: f}, nil
+	return inProcessFleet{f: f, pub: pub}, nil
 }
 
 func agentConfig(o FleetOptions) agent.Config {

@@ -3,14 +3,17 @@ package runner
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -164,9 +167,21 @@ func (r *recorder) statusCount() int {
 	return len(r.nodes)
 }
 
-// watch starts the pod and GpuNodeStatus informers; they stop with ctx.
-func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versioned.Interface, namespace string) error {
+// watch starts the pod and GpuNodeStatus informers, and with claims the ResourceClaim
+// informer of the DRA run (the GPU IDs are in the claims' allocation results); they stop with ctx.
+func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versioned.Interface, namespace string, claims bool) error {
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(namespace))
+	synced := []cache.InformerSynced{}
+	if claims {
+		ci := f.Resource().V1().ResourceClaims().Informer()
+		if _, err := ci.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { r.onClaim(o) },
+			UpdateFunc: func(_, o any) { r.onClaim(o) },
+		}); err != nil {
+			return fmt.Errorf("watching ResourceClaims in %s: %w", namespace, err)
+		}
+		synced = append(synced, ci.HasSynced)
+	}
 	pi := f.Core().V1().Pods().Informer()
 	if _, err := pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { r.onPod(o, false) },
@@ -186,8 +201,8 @@ func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versi
 	}
 	f.Start(ctx.Done())
 	gf.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), pi.HasSynced, si.HasSynced) {
-		return fmt.Errorf("pod and GpuNodeStatus informers did not sync: %w", ctx.Err())
+	if !cache.WaitForCacheSync(ctx.Done(), append(synced, pi.HasSynced, si.HasSynced)...) {
+		return fmt.Errorf("pod, GpuNodeStatus and ResourceClaim informers did not sync: %w", ctx.Err())
 	}
 	return nil
 }
@@ -207,5 +222,39 @@ func (r *recorder) onStatus(o any, deleted bool) {
 	}
 	if s, ok := o.(*gpuv1.GpuNodeStatus); ok {
 		r.observeStatus(s, deleted)
+	}
+}
+
+// onClaim records the GPU IDs of an allocated ResourceClaim as its pod's (the pod that owns the
+// claim kube-controller-manager made from its template). The allocation is written before the
+// pod is bound, and the claim is deleted only after the pod ended.
+func (r *recorder) onClaim(o any) {
+	c, ok := o.(*resourceapi.ResourceClaim)
+	if !ok || c.Status.Allocation == nil {
+		return
+	}
+	pod := ""
+	for _, ref := range c.OwnerReferences {
+		if ref.Kind == "Pod" && ref.Controller != nil && *ref.Controller {
+			pod = ref.Name
+		}
+	}
+	if pod == "" {
+		return
+	}
+	var ids []int
+	for _, res := range c.Status.Allocation.Devices.Results {
+		if res.Driver != dra.DriverName {
+			continue
+		}
+		if id, err := dra.DeviceIndex(res.Device); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	sort.Ints(ids)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.pod(pod); !p.endedOK {
+		p.ids = ids
 	}
 }

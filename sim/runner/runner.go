@@ -35,11 +35,27 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
 
-// Modes of a run.
+// Modes of a run: gpu-scheduler, the stock kube-scheduler counting nvidia.com/gpu, and the
+// stock kube-scheduler allocating GPUs through Dynamic Resource Allocation.
 const (
 	ModeGPU   = "gpu-scheduler"
 	ModeStock = "kube-scheduler"
+	ModeDRA   = "kube-scheduler-dra"
 )
+
+// Modes lists the modes in the order they run and are reported.
+var Modes = []string{ModeGPU, ModeStock, ModeDRA}
+
+// ModeTitle is how the report heads a mode's column.
+func ModeTitle(mode string) string {
+	switch mode {
+	case ModeStock:
+		return "stock + nvidia.com/gpu"
+	case ModeDRA:
+		return "stock + DRA"
+	}
+	return mode
+}
 
 // LeaseNamespace holds the GPU leases and the system components.
 const LeaseNamespace = "gpu-scheduler"
@@ -48,6 +64,8 @@ const LeaseNamespace = "gpu-scheduler"
 // the node's mock topology and takes injected GPU faults.
 type Fleet interface {
 	Inject(ctx context.Context, node string, gpu int, fault string) error
+	// SlicesPublished is how many nodes have their ResourceSlice written (FleetOptions.DRA).
+	SlicesPublished() int
 }
 
 // StartFleetFunc starts the agent fleet for the nodes of a cluster.
@@ -60,6 +78,9 @@ type FleetOptions struct {
 	// production probe interval: at 5,000 nodes, probing every 2 seconds cost a good share of
 	// a core for nothing.
 	GPUFaults bool
+	// DRA: every node's agent also publishes the node's GPUs as a ResourceSlice (package
+	// agent/dra), and the DeviceClass is created, for the DRA baseline.
+	DRA bool
 }
 
 func fleetOptions(s *scenario.Scenario) FleetOptions {
@@ -90,6 +111,9 @@ type Options struct {
 	// BaselineKubeconfig, with Kubeconfig, runs the stock baseline on that second existing
 	// cluster; without it the baseline runs on the Kubeconfig cluster after the first run's cleanup.
 	BaselineKubeconfig string
+	// DRA, when set, turns the DRA baseline on or off whatever the scenario says
+	// (spec.baseline.dra). It runs only on harness clusters.
+	DRA *bool
 }
 
 // RunResult is one scheduler's run.
@@ -146,9 +170,11 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 	if err := scenario.RegisterHardware(o.Scenario); err != nil {
 		return nil, err
 	}
-	modes := []string{ModeGPU}
-	if _, ok := targets[ModeStock]; ok {
-		modes = append(modes, ModeStock)
+	var modes []string
+	for _, m := range Modes {
+		if _, ok := targets[m]; ok {
+			modes = append(modes, m)
+		}
 	}
 	var out []*RunResult
 	for _, m := range modes {
@@ -163,15 +189,13 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 
 func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResult, err error) {
 	s := o.Scenario
-	stock := mode == ModeStock
+	stock := mode != ModeGPU // both baselines run the stock kube-scheduler
+	withDRA := mode == ModeDRA
 	logger := klog.FromContext(ctx).WithValues("mode", mode)
 	ctx = klog.NewContext(ctx, logger)
 	res := &RunResult{Mode: mode, PeakRSSByProcess: map[string]int64{}}
 	began := time.Now()
-	short := "ours"
-	if stock {
-		short = "stock"
-	}
+	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeDRA: "dra"}[mode]
 	bar := newProgress(o.Progress, mode)
 	run := runID(short, began)
 	external := kubeconfig != ""
@@ -277,18 +301,25 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	rec := newRecorder(time.Now())
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	if err := rec.watch(watchCtx, cs, gcs, ns); err != nil {
+	if err := rec.watch(watchCtx, cs, gcs, ns, withDRA); err != nil {
 		return nil, err
 	}
 	bar.phase("starting the agent fleet")
 	fleetCtx, stopFleet := context.WithCancel(ctx)
 	defer stopFleet() // before the cluster stops (defers run last-in first-out)
-	fleet, err := o.StartFleet(fleetCtx, c, fleetOptions(s))
+	fo := fleetOptions(s)
+	fo.DRA = withDRA
+	fleet, err := o.StartFleet(fleetCtx, c, fo)
 	if err != nil {
 		return nil, err
 	}
 	if err := waitFor(ctx, 3*time.Minute, func() bool { return rec.statusCount() >= nodes }); err != nil {
 		return nil, fmt.Errorf("waiting for the agent fleet to publish %d GpuNodeStatus objects (have %d): %w", nodes, rec.statusCount(), err)
+	}
+	if withDRA {
+		if err := waitFor(ctx, 3*time.Minute, func() bool { return fleet.SlicesPublished() >= nodes }); err != nil {
+			return nil, fmt.Errorf("waiting for the agent fleet to publish %d ResourceSlices (have %d): %w", nodes, fleet.SlicesPublished(), err)
+		}
 	}
 	plan := scenario.Expand(s)
 	var sched *launch.Scheduler
@@ -311,6 +342,13 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 			return nil, err
 		}
 	}
+	if withDRA {
+		bar.phase("creating the ResourceClaimTemplates")
+		if err := createTemplates(ctx, cs, plan, ns); err != nil {
+			return nil, err
+		}
+		res.Notes = append(res.Notes, draGaps(plan)...)
+	}
 	res.Setup = time.Since(began)
 
 	before, err := scrapeRequests(ctx, cs)
@@ -321,7 +359,7 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	if len(plan) > 2000 {
 		workers = 64
 	}
-	pl := &player{cs: cs, rec: rec, plan: plan, ns: ns, run: run, stock: stock, serial: s.Spec.Workload.Deterministic, workers: workers}
+	pl := &player{cs: cs, rec: rec, plan: plan, ns: ns, run: run, mode: mode, serial: s.Spec.Workload.Deterministic, workers: workers}
 	t0 := rec.now()
 	for i := range pl.plan {
 		pl.plan[i].At += t0
@@ -402,10 +440,10 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	for _, p := range s.Spec.NodePools {
 		topologies[p.Name] = p.Topology
 	}
-	in := collect(rec, plan, topologies, t0, end, stock)
+	in := collect(rec, plan, topologies, t0, end, mode == ModeStock)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
-	if stock {
+	if mode == ModeStock {
 		naive := in
 		naive.StockPick = nil
 		m := metrics.Compute(naive)

@@ -37,9 +37,11 @@ const (
 	LabelKind = "sim.gpu.scheduling/kind"
 )
 
-// buildPod makes the pod of one plan entry. For the gpu-scheduler it names its claim; for the
-// stock scheduler it asks for nvidia.com/gpu and turns the claim's selector into a nodeSelector.
-func buildPod(p scenario.PodPlan, ns, run string, stock bool) *corev1.Pod {
+// buildPod makes the pod of one plan entry for a run of mode. For the gpu-scheduler it names
+// its claim; for the stock scheduler it asks for nvidia.com/gpu, or with DRA for a claim from
+// its shape's ResourceClaimTemplate, and turns the claim's selector into a nodeSelector.
+func buildPod(p scenario.PodPlan, ns, run, mode string) *corev1.Pod {
+	stock := mode != ModeGPU
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: ns,
@@ -76,6 +78,9 @@ func buildPod(p scenario.PodPlan, ns, run string, stock bool) *corev1.Pod {
 			for k, v := range p.Claim.Selector {
 				pod.Spec.NodeSelector[k] = v
 			}
+		}
+		if mode == ModeDRA {
+			return draPod(pod, p)
 		}
 		return pod
 	}
@@ -155,7 +160,7 @@ type player struct {
 	rec     *recorder
 	plan    []scenario.PodPlan
 	ns, run string
-	stock   bool
+	mode    string
 	serial  bool
 	workers int
 
@@ -181,7 +186,7 @@ func (pl *player) sleepUntil(ctx context.Context, d time.Duration) error {
 }
 
 func (pl *player) create(ctx context.Context, p scenario.PodPlan) {
-	pod := buildPod(p, pl.ns, pl.run, pl.stock)
+	pod := buildPod(p, pl.ns, pl.run, pl.mode)
 	pl.rec.created(p.Name, pl.rec.now())
 	// The pod's clock starts at the first attempt, so a retry shows as latency.
 	err := retryTransient(ctx, func() error {

@@ -238,8 +238,12 @@ type Expectations struct {
 
 // Baseline configures the stock kube-scheduler comparison.
 type Baseline struct {
-	// Disabled skips the baseline run.
+	// Disabled skips the baseline runs (nvidia.com/gpu and DRA).
 	Disabled bool `json:"disabled,omitempty"`
+	// DRA adds a third run: the stock kube-scheduler allocating the GPUs itself through Dynamic
+	// Resource Allocation (ResourceSlices published from the agents' discovery, a
+	// ResourceClaimTemplate per claim shape). Off by default: it costs a third cluster.
+	DRA bool `json:"dra,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s", "1m30s").
