@@ -175,7 +175,7 @@ func TestPublisherWritesOnChangeOnly(t *testing.T) {
 		var s *resourceapi.ResourceSlice
 		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			s, err = cs.ResourceV1().ResourceSlices().Get(ctx, SliceName(node.Name), metav1.GetOptions{})
-			return err == nil, nil
+			return err == nil && p.Published() == 1, nil // the count follows the write's return
 		})
 		if err != nil {
 			t.Fatalf("no slice for %s: %v", node.Name, err)
