@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
@@ -80,7 +81,7 @@ func TestUnhealthy(t *testing.T) {
 
 func TestStaleness(t *testing.T) {
 	l := lease("n1", "1", "ml", "train")
-	l.Spec.HolderIdentity = ptr("uid-1")
+	l.Spec.HolderIdentity = ptr.To("uid-1")
 	pod := func(uid, alloc string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Annotations: map[string]string{}}}
 		if alloc != "" {
@@ -111,5 +112,3 @@ func TestStaleness(t *testing.T) {
 		t.Errorf("shared lease judged stale (%q): shared leases are never provably stale", got)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -36,7 +36,8 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.PersistentFlags().BoolVarP(&o.All, "all-namespaces", "A", false, "list claims in all namespaces")
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "output format: wide, json or yaml")
 	root.AddCommand(newStatusCommand(o), newNodesCommand(o), newClaimsCommand(o), newHealthCommand(o), newLeasesCommand(o),
-		newExplainCommand(o))
+		newExplainCommand(o), newWorkloadsCommand(o), newTopCommand(o),
+		newGenerateTemplateCommand(o), newSubmitCommand(o))
 	return root
 }
 

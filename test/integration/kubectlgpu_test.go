@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/kubectlgpu"
@@ -36,6 +37,16 @@ func runGPU(t *testing.T, args ...string) string {
 		t.Fatalf("kubectl gpu %v: %v (stderr %q)", args, err, errOut.String())
 	}
 	return out.String()
+}
+
+// runGPUErr runs one kubectl gpu command that is expected to fail and returns its error.
+func runGPUErr(t *testing.T, args ...string) error {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := kubectlgpu.NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out})
+	cmd.SetArgs(append([]string{"--kubeconfig", env.c.Kubeconfig()}, args...))
+	cmd.SetContext(t.Context())
+	return cmd.Execute()
 }
 
 func golden(t *testing.T, name, got string) {
@@ -58,7 +69,7 @@ func golden(t *testing.T, name, got string) {
 func TestKubectlGPUGolden(t *testing.T) {
 	const node = "kgpu-node"
 	devs := []apiv1.Device{
-		{ID: 0, Island: "nv0", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100"},
+		{ID: 0, Island: "nv0", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100", UtilizationPercent: ptr.To[int32](37), MemoryMiB: 81559},
 		{ID: 1, Island: "nv0", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100"},
 		{ID: 2, Island: "nv1", Health: apiv1.Unhealthy, Reason: "Xid 79", BandwidthGBps: 900, Product: "NVIDIA H100"},
 		{ID: 3, Island: "nv1", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100"},
@@ -86,6 +97,7 @@ func TestKubectlGPUGolden(t *testing.T) {
 
 	golden(t, "kubectl-gpu-nodes", runGPU(t, "nodes", node))
 	golden(t, "kubectl-gpu-nodes-wide", runGPU(t, "nodes", node, "-o", "wide"))
+	golden(t, "kubectl-gpu-top", runGPU(t, "top", node, "-o", "wide"))
 	// health lists every node of the shared cluster: keep only this test's node.
 	var mine []string
 	for _, line := range strings.Split(runGPU(t, "health"), "\n") {
@@ -124,6 +136,7 @@ func TestKubectlGPUGolden(t *testing.T) {
 	}
 	age := regexp.MustCompile(`\s+\d+[smh]\s+`)
 	golden(t, "kubectl-gpu-claims", age.ReplaceAllString(runGPU(t, "claims", "-n", ns), " <age> "))
+	submitGolden(t, ns, age)
 }
 
 // createHeldLease makes a pod that no scheduler serves, gives it the allocation node:gpu as the
@@ -185,4 +198,29 @@ func explainGolden(t *testing.T, ns, node string) {
 		got := others.ReplaceAllString(runGPU(t, "explain", what, "-n", ns), "$1<n> $2$3")
 		golden(t, "kubectl-gpu-explain-"+strings.ReplaceAll(what, "/", "-"), got)
 	}
+}
+
+// submitGolden creates a GpuClaimTemplate and a GpuWorkload naming it with submit (the API
+// server validates and defaults them), checks that --dry-run stores nothing and that the API
+// server's refusal reaches the user, and lists the workloads (no controller runs here, so the
+// workload stays Pending with no status).
+func submitGolden(t *testing.T, ns string, age *regexp.Regexp) {
+	t.Helper()
+	if out := runGPU(t, "submit", "gct", "two", "--gpus", "2", "--topology", "Required", "-n", ns); out != "gpuclaimtemplate "+ns+"/two created\n" {
+		t.Errorf("submit gct: %q", out)
+	}
+	gct, err := env.gpu.GpuV1().GpuClaimTemplates(ns).Get(t.Context(), "two", metav1.GetOptions{})
+	if err != nil || gct.Spec.Spec.Devices.Count != 2 || gct.Spec.Spec.Topology.Mode != apiv1.TopologyRequired {
+		t.Errorf("submitted GpuClaimTemplate: %+v, %v", gct, err)
+	}
+	runGPU(t, "submit", "workload", "dry", "--image", "registry.example/cuda:fake", "--dry-run", "-n", ns)
+	if _, err := env.gpu.GpuV1().GpuWorkloads(ns).Get(t.Context(), "dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("submit --dry-run stored workload %s/dry (err %v)", ns, err)
+	}
+	long := strings.Repeat("w", 60)
+	if err := runGPUErr(t, "submit", "workload", long, "--image", "i", "-n", ns); err == nil || !strings.Contains(err.Error(), "at most 52 characters") {
+		t.Errorf("submit of a workload with a 60-character name: error %v, want the API server's 52-character rule", err)
+	}
+	runGPU(t, "submit", "workload", "train", "--replicas", "2", "--claim-template", "two", "--image", "registry.example/cuda:fake", "-n", ns)
+	golden(t, "kubectl-gpu-workloads", age.ReplaceAllString(runGPU(t, "workloads", "-n", ns, "-o", "wide"), " <age> "))
 }
