@@ -21,6 +21,7 @@ func registerPlacementSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^indexed Job "([^"]*)" runs (\d+) pods? at once for (\d+) seconds? each from claim template "([^"]*)" with the scheduling map:$`, createMappedJob)
 	sc.Step(`^pod (\d+) of Job "([^"]*)" runs on node (\d+) with GPUs "([^"]*)" and holds their leases$`, indexedPodPinned)
 	sc.Step(`^pod (\d+) of Job "([^"]*)" stays pending with an event saying "(.*)"$`, indexedPodPending)
+	sc.Step(`^StatefulSet "([^"]*)" runs (\d+) pods? from claim template "([^"]*)" with the scheduling map:$`, createMappedStatefulSet)
 	sc.Step(`^Job "([^"]*)" is deleted$`, deleteJob)
 }
 
@@ -48,6 +49,15 @@ func createMappedJob(ctx context.Context, name string, n, seconds int, template 
 		return err
 	}
 	return st.createJob(ctx, "indexed", name, n, seconds, template, map[string]string{apiv1.AnnotationSchedulingMap: m})
+}
+
+func createMappedStatefulSet(ctx context.Context, name string, n int, template string, doc *godog.DocString) error {
+	st := state(ctx)
+	m, err := st.expandNodes(doc.Content)
+	if err != nil {
+		return err
+	}
+	return st.createStatefulSet(ctx, name, n, template, map[string]string{apiv1.AnnotationSchedulingMap: m})
 }
 
 // indexedPod returns the live pod of an indexed Job with the given completion index, or nil.

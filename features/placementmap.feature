@@ -21,6 +21,20 @@ Feature: An explicit placement map puts each indexed pod on the node and GPUs it
     And the 3 live pods of Job "train" hold 2 GPUs each from claims they own
     And no GPU is held twice
 
+  Scenario: A StatefulSet's pods go where the map puts their ordinals
+    Given a cluster of 2 "dgx-a100" nodes
+    And GpuClaimTemplate "x2" for 2 GPUs
+    When StatefulSet "shard" runs 2 pods from claim template "x2" with the scheduling map:
+      """
+      0={node 1}:2,3
+      1={node 0}:1,5
+      """
+    Then pod "shard-0" is bound to node 1
+    And pod "shard-0" is bound to GPUs "2,3"
+    And pod "shard-1" is bound to node 0
+    And pod "shard-1" is bound to GPUs "1,5"
+    And no GPU is held twice
+
   Scenario: An entry naming a held, unhealthy or missing GPU or node leaves its pod Pending, naming the entry
     Given a cluster of 1 "dgx-a100" node
     And GpuClaimTemplate "x2" for 2 GPUs

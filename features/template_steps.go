@@ -389,7 +389,12 @@ func podClaimName(pod *corev1.Pod) string {
 }
 
 func createStatefulSet(ctx context.Context, name string, n int, template string) error {
-	st := state(ctx)
+	return state(ctx).createStatefulSet(ctx, name, n, template, nil)
+}
+
+// createStatefulSet makes a StatefulSet of n pods (started in parallel) from a claim template;
+// extra annotations go on its pod template.
+func (st *scenario) createStatefulSet(ctx context.Context, name string, n int, template string, extra map[string]string) error {
 	labels := map[string]string{"app": name}
 	s := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
@@ -404,6 +409,7 @@ func createStatefulSet(ctx context.Context, name string, n int, template string)
 			},
 		},
 	}
+	maps.Copy(s.Spec.Template.Annotations, extra)
 	if _, err := st.suite.kube.AppsV1().StatefulSets(st.ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating StatefulSet %s/%s: %w", st.ns, name, err)
 	}
