@@ -22,6 +22,10 @@ var agentTimings = agent.Config{
 	InitBackoff:         time.Second,
 	MaxInitBackoff:      2 * time.Second,
 	MinWriteInterval:    100 * time.Millisecond,
+	// Telemetry read five times a second and written within a tenth of a second of moving,
+	// so that a load a step sets shows in the status at once.
+	TelemetryInterval:        200 * time.Millisecond,
+	TelemetryWritesPerMinute: 600,
 }
 
 // agentFleet runs the production node agent in fleet mode (package agent/fleet) for the
@@ -87,6 +91,16 @@ func (a *agentFleet) inject(node string, id int, fault string) error {
 		return err
 	}
 	return a.fleet.InjectFault(node, id, f)
+}
+
+// setLoad pins the utilisation of every GPU of node to percent.
+func (a *agentFleet) setLoad(node string, gpus, percent int) error {
+	for i := range gpus {
+		if err := a.fleet.SetLoad(node, i, percent); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // failInit makes NVML fail on node as a crashed driver does: the running session breaks and

@@ -255,7 +255,11 @@ func describeNodeStatus(g *apiv1.GpuNodeStatus) string {
 	fmt.Fprintf(&b, "GpuNodeStatus %s total=%d healthy=%d free=%d heartbeat=%s message=%q\n", g.Name, g.Status.Total, g.Status.Healthy, g.Status.Free,
 		g.Status.LastHeartbeatTime.UTC().Format("15:04:05"), g.Status.Message)
 	for _, d := range g.Status.Devices {
-		fmt.Fprintf(&b, "  GPU %d %s island=%s %dGB/s inUseBy=%v reason=%q\n", d.ID, d.Health, d.Island, d.BandwidthGBps, d.InUseBy, d.Reason)
+		util := "-"
+		if d.UtilizationPercent != nil {
+			util = fmt.Sprintf("%d%%", *d.UtilizationPercent)
+		}
+		fmt.Fprintf(&b, "  GPU %d %s island=%s %dGB/s inUseBy=%v util=%s reason=%q\n", d.ID, d.Health, d.Island, d.BandwidthGBps, d.InUseBy, util, d.Reason)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }

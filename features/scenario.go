@@ -116,6 +116,7 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerGpuWorkloadSteps(sc)
 	registerTemplateSteps(sc)
 	registerPlacementSteps(sc)
+	registerTelemetrySteps(sc)
 }
 
 func (s *Suite) beforeScenario(ctx context.Context, p *godog.Scenario) (context.Context, error) {

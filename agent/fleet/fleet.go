@@ -261,6 +261,21 @@ func (f *Fleet) InjectFault(node string, gpu int, fault mock.Fault) error {
 	return nil
 }
 
+// SetLoad pins the utilisation of GPU gpu of node to percent (0-100); a negative percent lets
+// it follow its simulated load again (see mock.Server.SetLoad).
+func (f *Fleet) SetLoad(node string, gpu, percent int) error {
+	f.mu.Lock()
+	m := f.members[node]
+	f.mu.Unlock()
+	if m == nil {
+		return fmt.Errorf("set load of node %s GPU %d: %w", node, gpu, ErrUnknownNode)
+	}
+	if err := m.server.SetLoad(gpu, percent); err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	return nil
+}
+
 // Watched tells whether node's agent listens to the events of all its GPUs: a fault injected
 // before that is seen by the probes but not as an event.
 func (f *Fleet) Watched(node string) bool {

@@ -417,3 +417,33 @@ func TestBuilderAndValidate(t *testing.T) {
 	}()
 	NewBuilder("y").Island("a", 1, 0).Island("b", 1, 0).Node()
 }
+
+// least-utilized ranks a busier node lower, whether busy means kernels running or memory
+// held; unreported GPUs leave it to spread.
+func TestLeastUtilizedScoresTheBusierNodeLower(t *testing.T) {
+	req := Request{Count: 1, Policy: Contiguous}
+	score := func(n *Node) int {
+		r, err := Allocate(n, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return NodeScore(n, r, LeastUtilized)
+	}
+	all := []int{0, 1, 2, 3}
+	idle := score(DGX("idle", 4, 600).Utilization(5, all...).Node())
+	warm := score(DGX("warm", 4, 600).Utilization(40, all...).Node())
+	hot := score(DGX("hot", 4, 600).Utilization(95, all...).Node())
+	memoryFull := score(DGX("memory-full", 4, 600).Utilization(5, all...).MemoryUsed(90, all...).Node())
+	oneBusy := score(DGX("one-busy", 4, 600).Utilization(5, all...).Utilization(100, 3).Node())
+	if !(idle > oneBusy && oneBusy > warm && warm > hot) {
+		t.Errorf("scores idle %d, one GPU busy %d, warm %d, hot %d: want strictly decreasing", idle, oneBusy, warm, hot)
+	}
+	if memoryFull >= warm {
+		t.Errorf("a node at 5%% utilisation with 90%% of memory held scores %d, not below a 40%% node's %d", memoryFull, warm)
+	}
+	unreported := DGX("unreported", 4, 600).MemoryUsed(90, all...).Node()
+	r, _ := Allocate(unreported, req)
+	if NodeScore(unreported, r, LeastUtilized) != NodeScore(unreported, r, SpreadNodes) {
+		t.Error("without utilisation reports least-utilized must score as spread (memory alone is not a report)")
+	}
+}

@@ -46,6 +46,10 @@ type GPU struct {
 	SharedHolders int
 	// UtilizationPercent is the recent utilization, or -1 when not reported.
 	UtilizationPercent int
+	// MemoryUsedPercent is the share of the GPU's memory in use (0 when not reported). It
+	// counts only where UtilizationPercent is reported: a GPU whose kernels idle between
+	// requests but whose memory is full is busy all the same.
+	MemoryUsedPercent int
 }
 
 // Node is the GPUs of one node, sorted by ID.

@@ -103,8 +103,9 @@ const (
 	Binpack Strategy = "binpack"
 	// SpreadNodes spreads load over nodes.
 	SpreadNodes Strategy = "spread"
-	// LeastUtilized prefers nodes whose GPUs the agent reports least busy; without reports it
-	// behaves as SpreadNodes.
+	// LeastUtilized prefers nodes whose healthy GPUs the agent reports least busy on average,
+	// a GPU's busyness being the larger of its utilisation and its share of memory in use;
+	// without reports it behaves as SpreadNodes.
 	LeastUtilized Strategy = "least-utilized"
 	// RoundRobin walks the nodes in name order: the node after the last one a round-robin pod
 	// went to ranks first. See RoundRobinScores.
@@ -153,7 +154,7 @@ func NodeScore(n *Node, res Result, s Strategy) int {
 			used++
 		}
 		if g.UtilizationPercent >= 0 {
-			utilSum += g.UtilizationPercent
+			utilSum += min(100, max(g.UtilizationPercent, g.MemoryUsedPercent))
 			utilN++
 		}
 	}

@@ -83,6 +83,14 @@ func (b *Builder) Utilization(percent int, ids ...int) *Builder {
 	return b
 }
 
+// MemoryUsed sets the reported share of memory in use of GPUs.
+func (b *Builder) MemoryUsed(percent int, ids ...int) *Builder {
+	for _, id := range ids {
+		b.gpu(id).MemoryUsedPercent = percent
+	}
+	return b
+}
+
 // Node returns the node, or panics on a builder mistake; builders are for fixtures, whose
 // mistakes are programming errors.
 func (b *Builder) Node() *Node {

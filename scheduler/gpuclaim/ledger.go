@@ -311,7 +311,11 @@ func nodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
 			g.Health = allocator.Unknown
 		}
 		if d.UtilizationPercent != nil {
-			g.UtilizationPercent = int(*d.UtilizationPercent)
+			g.UtilizationPercent = int(max(0, min(100, *d.UtilizationPercent)))
+		}
+		if d.MemoryUsedMiB != nil && d.MemoryMiB > 0 {
+			used := float64(*d.MemoryUsedMiB) / float64(d.MemoryMiB)
+			g.MemoryUsedPercent = int(max(0, min(100, 100*used)))
 		}
 		n.GPUs = append(n.GPUs, g)
 	}

@@ -1,15 +1,20 @@
 package gpuclaim
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
@@ -116,5 +121,67 @@ func TestTemplatedPodWithoutClaimWaits(t *testing.T) {
 	_, st, _ := e.schedule(t, pod)
 	if st == nil || st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "waiting for GpuClaim ns/p-train-8x to be made from GpuClaimTemplate train-8x") {
 		t.Fatalf("status %v", st)
+	}
+}
+
+// setUtilization writes utilisation and memory in use on every GPU of node's GpuNodeStatus, as
+// the agent does, and waits until the plugin's informer has it.
+func (e *testEnv) setUtilization(t *testing.T, node string, percent int32, memUsedMiB int64) {
+	t.Helper()
+	st, err := e.gpu.GpuV1().GpuNodeStatuses().Get(t.Context(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range st.Status.Devices {
+		d := &st.Status.Devices[i]
+		d.MemoryMiB = 80000
+		d.UtilizationPercent, d.MemoryUsedMiB = ptr.To(percent), ptr.To(memUsedMiB)
+	}
+	if _, err := e.gpu.GpuV1().GpuNodeStatuses().UpdateStatus(t.Context(), st, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		n, _ := e.p.ledger.snapshot(node)
+		return n != nil && n.GPUs[0].UtilizationPercent == int(percent), nil
+	})
+	if err != nil {
+		t.Fatalf("the plugin never saw node %s at %d%%", node, percent)
+	}
+}
+
+// least-utilized follows what the agents report: the pod goes to the node whose GPUs are least
+// busy, and elsewhere once that node reports busy; memory held counts as busy.
+func TestLeastUtilizedFollowsTheAgentsReports(t *testing.T) {
+	nodes := []*v1.Node{node("a", nil), node("b", nil), node("c", nil)}
+	var claims []runtime.Object
+	for i := range 3 {
+		claims = append(claims, claimObj(fmt.Sprintf("c%d", i), apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	}
+	e := newTestEnv(t, nodes, claims...)
+	e.setUtilization(t, "a", 80, 40000)
+	e.setUtilization(t, "b", 10, 8000)
+	e.setUtilization(t, "c", 45, 20000)
+	place := func(i int) string {
+		t.Helper()
+		pod := gpuPod(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i))
+		pod.Annotations[apiv1.AnnotationNodeStrategy] = string(allocator.LeastUtilized)
+		n, st, _ := e.schedule(t, pod)
+		if st != nil {
+			t.Fatalf("pod %d: %v", i, st)
+		}
+		return n
+	}
+	if got := place(0); got != "b" {
+		t.Fatalf("with a 80%%, b 10%%, c 45%% the pod went to %s, want b", got)
+	}
+	e.setUtilization(t, "b", 95, 70000)
+	if got := place(1); got != "c" {
+		t.Fatalf("with a 80%%, b 95%%, c 45%% the pod went to %s, want c", got)
+	}
+	// c at 20% utilisation but 90% of its memory held is busier than a at 50% with little memory.
+	e.setUtilization(t, "c", 20, 72000)
+	e.setUtilization(t, "a", 50, 4000)
+	if got := place(2); got != "a" {
+		t.Fatalf("with a 50%% (5%% memory), b 95%%, c 20%% (90%% memory) the pod went to %s, want a", got)
 	}
 }
