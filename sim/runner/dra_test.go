@@ -3,8 +3,13 @@ package runner
 import (
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
@@ -135,5 +140,37 @@ func TestDRAPlanTemplatesAndGaps(t *testing.T) {
 	}
 	if strings.Contains(gaps, "bandwidth") || strings.Contains(gaps, "preferIds") {
 		t.Errorf("notes about features no pod used:\n%s", gaps)
+	}
+}
+
+// The recorder reads a DRA pod's GPU IDs from its claim's allocation result and counts the
+// claims made for pods that had already finished.
+func TestRecorderClaims(t *testing.T) {
+	rec := newRecorder(time.Now())
+	claim := func(uid, pod string, devices ...string) *resourceapi.ResourceClaim {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: pod + "-gpus-x", UID: types.UID(uid),
+			OwnerReferences: []metav1.OwnerReference{{Kind: "Pod", Name: pod, Controller: ptr.To(true)}}}}
+		if len(devices) > 0 {
+			c.Status.Allocation = &resourceapi.AllocationResult{}
+			for _, d := range devices {
+				c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+					resourceapi.DeviceRequestAllocationResult{Request: "gpus", Driver: dra.DriverName, Pool: "n", Device: d})
+			}
+		}
+		return c
+	}
+	rec.onClaim(claim("1", "p", "gpu-5", "gpu-4"))
+	rec.onClaim(claim("1", "p", "gpu-5", "gpu-4")) // an update: the same claim
+	if got := rec.pods["p"].ids; len(got) != 2 || got[0] != 4 || got[1] != 5 {
+		t.Fatalf("pod p's GPU IDs %v, want [4 5] from its claim", got)
+	}
+	rec.observePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, false)
+	rec.onClaim(claim("2", "p")) // made anew after the pod finished, never allocated
+	rec.onClaim(claim("3", "q", "gpu-0"))
+	if rec.claimsSeen.Len() != 3 || rec.claimsAfterEnd != 1 {
+		t.Errorf("%d claims seen, %d after their pod ended; want 3 and 1", rec.claimsSeen.Len(), rec.claimsAfterEnd)
+	}
+	if got := rec.pods["p"].ids; len(got) != 2 {
+		t.Errorf("a claim made after the pod ended changed its GPU IDs to %v", got)
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -47,11 +49,15 @@ type recorder struct {
 	lastBind        time.Duration
 	firstUnplaced   time.Duration
 	firstUnplacedOK bool
+	// claimsSeen are the ResourceClaims made for the workload's pods (DRA run), and
+	// claimsAfterEnd those first seen when their pod had already ended.
+	claimsSeen     sets.Set[types.UID]
+	claimsAfterEnd int
 }
 
 func newRecorder(start time.Time) *recorder {
 	return &recorder{start: start, pods: map[string]*podRecord{}, lastHlth: map[string][]bool{},
-		nodes: map[string]*gpuv1.GpuNodeStatus{}, changed: make(chan struct{}, 1)}
+		nodes: map[string]*gpuv1.GpuNodeStatus{}, changed: make(chan struct{}, 1), claimsSeen: sets.New[types.UID]()}
 }
 
 func (r *recorder) now() time.Duration { return time.Since(r.start) }
@@ -230,7 +236,7 @@ func (r *recorder) onStatus(o any, deleted bool) {
 // pod is bound, and the claim is deleted only after the pod ended.
 func (r *recorder) onClaim(o any) {
 	c, ok := o.(*resourceapi.ResourceClaim)
-	if !ok || c.Status.Allocation == nil {
+	if !ok {
 		return
 	}
 	pod := ""
@@ -240,6 +246,17 @@ func (r *recorder) onClaim(o any) {
 		}
 	}
 	if pod == "" {
+		return
+	}
+	r.mu.Lock()
+	if !r.claimsSeen.Has(c.UID) {
+		r.claimsSeen.Insert(c.UID)
+		if p := r.pods[pod]; p != nil && p.endedOK {
+			r.claimsAfterEnd++
+		}
+	}
+	r.mu.Unlock()
+	if c.Status.Allocation == nil {
 		return
 	}
 	var ids []int

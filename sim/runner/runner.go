@@ -430,6 +430,12 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	if timedOut {
 		res.Notes = append(res.Notes, fmt.Sprintf("the workload did not finish within spec.timeout %s; pods still pending count as unscheduled", s.Spec.Timeout.Duration))
 	}
+	if withDRA {
+		rec.mu.Lock()
+		made, late := rec.claimsSeen.Len(), rec.claimsAfterEnd
+		rec.mu.Unlock()
+		res.Notes = append(res.Notes, fmt.Sprintf("kube-controller-manager made %d ResourceClaims for the %d pods created; %d of them for pods that had already finished (their claim is deleted when they finish, and made anew from the template on a later update of the pod)", made, pl.created.Load(), late))
+	}
 	res.CreateErrors = pl.createErrors.Load()
 	if res.CreateErrors > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d pod creates failed (see the log)", res.CreateErrors))
