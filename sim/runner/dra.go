@@ -26,8 +26,13 @@ import (
 // agents publish (package agent/dra). What our claims say and DRA cannot is left out of the
 // template, and the run's notes say so (draGaps).
 
-// draRequest is the name of the one request in each template, and of the pod's claim.
-const draRequest = "gpus"
+// draRequest is the name of the one request in each template, and of the pod's claim;
+// draIsland and draFallback name the subrequests of a Preferred claim's prioritized list.
+const (
+	draRequest  = "gpus"
+	draIsland   = "island"
+	draFallback = "any"
+)
 
 // draShape is what of a claim goes into a template: count, topology mode and bandwidth floor.
 // The claim's node selector goes into the pod, as for the nvidia.com/gpu baseline.
@@ -97,12 +102,12 @@ func draTemplate(s draShape, ns string) *resourceapi.ResourceClaimTemplate {
 		spec.Constraints = []resourceapi.DeviceConstraint{island(draRequest)}
 	case gpuv1.TopologyPreferred:
 		spec.Requests = []resourceapi.DeviceRequest{{Name: draRequest, FirstAvailable: []resourceapi.DeviceSubRequest{
-			{Name: "island", DeviceClassName: dra.DeviceClassName, Selectors: selectors,
+			{Name: draIsland, DeviceClassName: dra.DeviceClassName, Selectors: selectors,
 				AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(s.count)},
-			{Name: "any", DeviceClassName: dra.DeviceClassName,
+			{Name: draFallback, DeviceClassName: dra.DeviceClassName,
 				AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(s.count)},
 		}}}
-		spec.Constraints = []resourceapi.DeviceConstraint{island(draRequest + "/island")}
+		spec.Constraints = []resourceapi.DeviceConstraint{island(draRequest + "/" + draIsland)}
 	default:
 		spec.Requests = []resourceapi.DeviceRequest{{Name: draRequest, Exactly: exact(selectors)}}
 	}

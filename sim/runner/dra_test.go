@@ -7,14 +7,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
 	_ "k8s.io/kubernetes/pkg/apis/resource/install"
 	"k8s.io/kubernetes/pkg/apis/resource/validation"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
@@ -161,14 +161,23 @@ func TestRecorderClaims(t *testing.T) {
 	}
 	rec.onClaim(claim("1", "p", "gpu-5", "gpu-4"))
 	rec.onClaim(claim("1", "p", "gpu-5", "gpu-4")) // an update: the same claim
+	if rec.pods["p"].draFallback {
+		t.Errorf("request %q is not the fallback", "gpus")
+	}
+	fb := claim("9", "f", "gpu-1", "gpu-2")
+	fb.Status.Allocation.Devices.Results[0].Request = draRequest + "/" + draFallback
+	rec.onClaim(fb)
+	if !rec.pods["f"].draFallback {
+		t.Errorf("a claim allocated by subrequest %s/%s was not seen as the fallback", draRequest, draFallback)
+	}
 	if got := rec.pods["p"].ids; len(got) != 2 || got[0] != 4 || got[1] != 5 {
 		t.Fatalf("pod p's GPU IDs %v, want [4 5] from its claim", got)
 	}
 	rec.observePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, false)
 	rec.onClaim(claim("2", "p")) // made anew after the pod finished, never allocated
 	rec.onClaim(claim("3", "q", "gpu-0"))
-	if rec.claimsSeen.Len() != 3 || rec.claimsAfterEnd != 1 {
-		t.Errorf("%d claims seen, %d after their pod ended; want 3 and 1", rec.claimsSeen.Len(), rec.claimsAfterEnd)
+	if rec.claimsSeen.Len() != 4 || rec.claimsAfterEnd != 1 {
+		t.Errorf("%d claims seen, %d after their pod ended; want 4 and 1", rec.claimsSeen.Len(), rec.claimsAfterEnd)
 	}
 	if got := rec.pods["p"].ids; len(got) != 2 {
 		t.Errorf("a claim made after the pod ended changed its GPU IDs to %v", got)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,9 @@ type podRecord struct {
 	node                        string
 	ids                         []int
 	unschedulable               string // last Unschedulable message, if any
+	// draFallback: the DRA claim was allocated by its prioritized list's last subrequest
+	// (any GPUs), not the one-island one.
+	draFallback bool
 }
 
 // recorder watches the workload's pods and the GpuNodeStatus objects and timestamps what it
@@ -260,10 +264,12 @@ func (r *recorder) onClaim(o any) {
 		return
 	}
 	var ids []int
+	fallback := false
 	for _, res := range c.Status.Allocation.Devices.Results {
 		if res.Driver != dra.DriverName {
 			continue
 		}
+		fallback = fallback || strings.HasSuffix(res.Request, "/"+draFallback)
 		if id, err := dra.DeviceIndex(res.Device); err == nil {
 			ids = append(ids, id)
 		}
@@ -272,6 +278,6 @@ func (r *recorder) onClaim(o any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p := r.pod(pod); !p.endedOK {
-		p.ids = ids
+		p.ids, p.draFallback = ids, fallback
 	}
 }

@@ -433,7 +433,22 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	if withDRA {
 		rec.mu.Lock()
 		made, late := rec.claimsSeen.Len(), rec.claimsAfterEnd
+		preferred, fellBack := 0, 0
+		for _, p := range plan {
+			if shapeOf(p.Claim).mode != gpuv1.TopologyPreferred {
+				continue
+			}
+			if r := rec.pods[p.Name]; r != nil && r.boundOK && len(r.ids) > 0 {
+				preferred++
+				if r.draFallback {
+					fellBack++
+				}
+			}
+		}
 		rec.mu.Unlock()
+		if preferred > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("%d of %d bound pods with topology Preferred were allocated by the prioritized list's fallback (any GPUs), not in one island", fellBack, preferred))
+		}
 		res.Notes = append(res.Notes, fmt.Sprintf("kube-controller-manager made %d ResourceClaims for the %d pods created; %d of them for pods that had already finished (their claim is deleted when they finish, and made anew from the template on a later update of the pod)", made, pl.created.Load(), late))
 	}
 	res.CreateErrors = pl.createErrors.Load()
