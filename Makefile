@@ -35,9 +35,9 @@ unit:
 	CGO_ENABLED=1 $(GO) test -count=1 ./...
 	CGO_ENABLED=1 $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
-## test: everything CI runs: verify, unit tests, integration and acceptance tests
+## test: everything CI runs: verify, unit tests, integration and acceptance tests, the simulator smoke run and the README walkthrough
 .PHONY: test
-test: verify unit test-chart test-integration test-acceptance test-sim
+test: verify unit test-chart test-integration test-acceptance test-sim test-dev
 
 ## tools: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl, helm into _output/bin (only when a pin changed)
 .PHONY: tools
@@ -93,6 +93,24 @@ cluster-status:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gpu-sim ./cmd/gpu-sim
 	$(BIN)/gpu-sim cluster status
+
+## dev: a local cluster to try the scheduler by hand (NODES=8 TOPOLOGY=dgx-h100, a preset of scenarios/hardware): control plane, kwok GPU nodes, the agent fleet, gpu-webhook, gpu-scheduler and gpu-controller; prints the export lines; stays up until make dev-down
+.PHONY: dev
+dev: tools build
+	GPU_SIM_BUILD=0 $(BIN)/gpu-sim cluster up --name dev --gpu-stack --stock-scheduler=false --nodes $(or $(NODES),8) --topology $(or $(TOPOLOGY),dgx-h100)
+	@echo 'export PATH=$(BIN):$(TOOLS_BIN):$$PATH   # kubectl, and kubectl-gpu as "kubectl gpu"'
+
+## dev-down: stop the cluster of make dev and remove its state
+.PHONY: dev-down
+dev-down:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/gpu-sim ./cmd/gpu-sim
+	$(BIN)/gpu-sim cluster down --name dev
+
+## test-dev: run README's "Try it by hand" walkthrough as written against make dev (hack/test-walkthrough.sh)
+.PHONY: test-dev
+test-dev: tools build
+	bash hack/test-walkthrough.sh
 
 # Container images. No container engine runs on the development machines of this project: these
 # targets are for machines with Docker (or CONTAINER_ENGINE=podman).

@@ -134,3 +134,25 @@ func TestPlacementMapExample(t *testing.T) {
 		}
 	}
 }
+
+// TestTryItByHandExamples checks the claim-and-pod pairs of README's walkthrough: each pod
+// names its claim and asks gpu-scheduler for it.
+func TestTryItByHandExamples(t *testing.T) {
+	for _, tc := range []struct {
+		file  string
+		count int32
+	}{{"claim-pod.yaml", 4}, {"too-big.yaml", 8}} {
+		objs := objects(t, tc.file)
+		if len(objs) != 2 {
+			t.Fatalf("%s: %d objects, want a GpuClaim and a Pod", tc.file, len(objs))
+		}
+		c, ok1 := objs[0].(*apiv1.GpuClaim)
+		p, ok2 := objs[1].(*corev1.Pod)
+		if !ok1 || !ok2 {
+			t.Fatalf("%s: %T, %T; want a GpuClaim and a Pod", tc.file, objs[0], objs[1])
+		}
+		if c.Spec.Devices.Count != tc.count || p.Annotations[apiv1.AnnotationClaim] != c.Name || p.Spec.SchedulerName != apiv1.SchedulerName {
+			t.Errorf("%s: claim %s for %d GPUs, pod names claim %q with scheduler %q", tc.file, c.Name, c.Spec.Devices.Count, p.Annotations[apiv1.AnnotationClaim], p.Spec.SchedulerName)
+		}
+	}
+}

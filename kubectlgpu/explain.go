@@ -24,11 +24,13 @@ import (
 
 // Explanation is everything explain shows about one pod or claim.
 type Explanation struct {
-	Pod        string                `json:"pod,omitempty"`
-	PodPhase   string                `json:"podPhase,omitempty"`
-	Node       string                `json:"node,omitempty"`
-	Conditions []corev1.PodCondition `json:"podConditions,omitempty"`
-	Claim      string                `json:"claim"`
+	Pod string `json:"pod,omitempty"`
+	// SchedulerName is the pod's spec.schedulerName.
+	SchedulerName string                `json:"schedulerName,omitempty"`
+	PodPhase      string                `json:"podPhase,omitempty"`
+	Node          string                `json:"node,omitempty"`
+	Conditions    []corev1.PodCondition `json:"podConditions,omitempty"`
+	Claim         string                `json:"claim"`
 	// ClaimMissing is set when the pod names a claim that does not exist.
 	ClaimMissing bool                   `json:"claimMissing,omitempty"`
 	ClaimPhase   string                 `json:"claimPhase,omitempty"`
@@ -111,6 +113,7 @@ func Explain(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface,
 		claimName = cn
 		ex.Pod, ex.PodPhase, ex.Node = ns+"/"+name, string(p.Status.Phase), p.Spec.NodeName
 		ex.Conditions = p.Status.Conditions
+		ex.SchedulerName = p.Spec.SchedulerName
 	case "claim", "gpuclaim", "gpuclaims", "gclaim":
 		claimName = name
 	default:
@@ -281,7 +284,7 @@ func SummaryLines(r gpuclaim.DryRunResult) []string {
 func printExplanation(w io.Writer, ex *Explanation, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if ex.Pod != "" {
-		fmt.Fprintf(tw, "Pod:\t%s\t%s\tnode %s\n", ex.Pod, dash(ex.PodPhase), dash(ex.Node))
+		fmt.Fprintf(tw, "Pod:\t%s\t%s\tnode %s\tscheduler %s\n", ex.Pod, dash(ex.PodPhase), dash(ex.Node), dash(ex.SchedulerName))
 		for _, c := range ex.Conditions {
 			if c.Status != corev1.ConditionTrue {
 				fmt.Fprintf(tw, "\t%s=%s\t%s\t%s\n", c.Type, c.Status, dash(c.Reason), oneLine(c.Message))
@@ -315,6 +318,9 @@ func printExplanation(w io.Writer, ex *Explanation, now time.Time) error {
 	fmt.Fprintf(w, "Dry run of the scheduler's GPU filter on %d nodes (GpuNodeStatus older than %s is stale):\n", len(ex.DryRun.Nodes), ex.Freshness.Duration)
 	for _, l := range SummaryLines(ex.DryRun) {
 		fmt.Fprintln(w, "  "+l)
+	}
+	if ex.SchedulerName != "" && ex.SchedulerName != apiv1.SchedulerName && ex.Node == "" {
+		fmt.Fprintf(w, "  note: the pod names scheduler %q; gpu-scheduler serves pods whose spec.schedulerName is its profile (%q unless the release renamed it)\n", ex.SchedulerName, apiv1.SchedulerName)
 	}
 	if ex.DryRun.Gang != "" {
 		fmt.Fprintf(w, "  the claim is in gang %s: the scheduler also waits until every member fits\n", ex.DryRun.Gang)

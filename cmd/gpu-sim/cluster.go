@@ -57,7 +57,8 @@ func newClusterCommand() *cobra.Command {
 	}
 	cmd.PersistentFlags().StringVar(&f.name, "name", "default", "cluster name")
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "", "directory for the cluster's state, kubeconfig and logs (default _output/cluster/<name>)")
-	cmd.AddCommand(newClusterUpCommand(f), newClusterDownCommand(f), newClusterStatusCommand(f), newClusterBenchCommand())
+	cmd.AddCommand(newClusterUpCommand(f), newClusterDownCommand(f), newClusterStatusCommand(f), newClusterBenchCommand(),
+		newClusterFaultCommand(f))
 	return cmd
 }
 
@@ -73,6 +74,9 @@ type upOptions struct {
 	topology       string
 	pool           string
 	timeout        time.Duration
+	// gpuStack also runs what a GPU cluster runs: the CRDs, the agent fleet, the webhook,
+	// gpu-scheduler and gpu-controller (dev.go).
+	gpuStack bool
 }
 
 func newClusterUpCommand(f *clusterFlags) *cobra.Command {
@@ -84,6 +88,9 @@ func newClusterUpCommand(f *clusterFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := f.dir()
 			if err != nil {
+				return err
+			}
+			if err := o.resolveTopology(cmd.Flags().Changed("gpus-per-node")); err != nil {
 				return err
 			}
 			if o.foreground {
@@ -99,6 +106,7 @@ func newClusterUpCommand(f *clusterFlags) *cobra.Command {
 	cmd.Flags().StringVar(&o.topology, "topology", "dgx-a100", "GPU topology name of the nodes (label gpu.scheduling/topology)")
 	cmd.Flags().StringVar(&o.pool, "pool", "gpu", "pool name of the nodes (label gpu.scheduling/pool, node name prefix)")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the cluster (and its nodes) to be ready")
+	cmd.Flags().BoolVar(&o.gpuStack, "gpu-stack", false, "also install the CRDs and run the agent fleet (gpu-agent --fleet), gpu-webhook, gpu-scheduler and gpu-controller; --topology names a preset of scenarios/hardware and sets the GPUs per node")
 	return cmd
 }
 
@@ -140,7 +148,7 @@ func upDetached(ctx context.Context, name, dir string, o *upOptions) error {
 	args := []string{"cluster", "up", "--foreground", "--name", name, "--state-dir", dir,
 		fmt.Sprintf("--stock-scheduler=%t", o.stockScheduler), fmt.Sprintf("--nodes=%d", o.nodes),
 		fmt.Sprintf("--gpus-per-node=%d", o.gpusPerNode), "--topology", o.topology, "--pool", o.pool,
-		"--timeout", o.timeout.String()}
+		"--timeout", o.timeout.String(), fmt.Sprintf("--gpu-stack=%t", o.gpuStack)}
 	child := exec.Command(self, args...)
 	child.Stdout, child.Stderr = logFile, logFile
 	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -202,6 +210,11 @@ func runForeground(ctx context.Context, name, dir string, o *upOptions) error {
 			return err
 		}
 		if err := c.WaitNodesReady(startCtx, cluster.PoolSelector(o.pool), o.nodes, o.timeout); err != nil {
+			return err
+		}
+	}
+	if o.gpuStack {
+		if err := startGPUStack(startCtx, c, dir, o.nodes); err != nil {
 			return err
 		}
 	}
