@@ -22,6 +22,7 @@ type runOptions struct {
 	reports    string
 	validate   bool
 	cpuProfile bool
+	profile    bool
 	// kubeconfig and baselineKubeconfig select existing clusters instead of fresh harness ones.
 	kubeconfig         string
 	baselineKubeconfig string
@@ -33,7 +34,7 @@ type runOptions struct {
 func (o *runOptions) runnerOptions(s *scenario.Scenario) (runner.Options, error) {
 	ro := runner.Options{
 		Scenario: s, Baseline: !o.noBaseline, StartFleet: runner.StartInProcessFleet,
-		Kubeconfig: o.kubeconfig, BaselineKubeconfig: o.baselineKubeconfig, DRA: o.dra,
+		Kubeconfig: o.kubeconfig, BaselineKubeconfig: o.baselineKubeconfig, DRA: o.dra, Profile: o.profile,
 	}
 	for _, p := range []string{o.kubeconfig, o.baselineKubeconfig} {
 		if p == "" {
@@ -161,6 +162,7 @@ The exit status is 1 when an expectation of the scenario fails.`,
 	cmd.Flags().StringVar(&o.reports, "reports", "reports", "directory for the reports")
 	cmd.Flags().BoolVar(&o.validate, "validate", false, "only load and validate the scenario")
 	cmd.Flags().BoolVar(&o.cpuProfile, "cpuprofile", false, "write a CPU profile of gpu-sim itself (which runs the agent fleet) to gpu-sim.cpu.pprof in the report directory")
+	cmd.Flags().BoolVar(&o.profile, "profile", false, "profile the kube-apiserver, the scheduler and gpu-sim during each workload (profiles-*/ in the report directory) and split their CPU per bound pod by cause in the report")
 	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "run against this existing cluster (it must run kwok) instead of starting a local control plane")
 	cmd.Flags().StringVar(&o.baselineKubeconfig, "baseline-kubeconfig", "", "with --kubeconfig: run the stock baseline on this second existing cluster (default: the same cluster, after cleanup)")
 	return cmd

@@ -368,6 +368,15 @@ func (c *Cluster) StartStockScheduler(ctx context.Context) error {
 	return c.waitHealthy(ctx, p, "https://"+loopback+":"+strconv.Itoa(c.ports.scheduler)+"/healthz")
 }
 
+// SchedulerURL is the stock kube-scheduler's secure serving address (https://127.0.0.1:port),
+// empty when the cluster runs none.
+func (c *Cluster) SchedulerURL() string {
+	if !c.cfg.StockScheduler || c.ports.scheduler == 0 {
+		return ""
+	}
+	return c.url("https", c.ports.scheduler)
+}
+
 // Kubeconfig is the path of a kubeconfig with cluster-admin rights (group system:masters).
 func (c *Cluster) Kubeconfig() string { return c.pki.kubeconfig(idAdmin) }
 

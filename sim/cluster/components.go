@@ -55,7 +55,7 @@ func (c *Cluster) apiServerArgs() []string {
 		"--max-requests-inflight=3000",
 		"--max-mutating-requests-inflight=1500",
 		"--enable-priority-and-fairness=false",
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(c.cfg.Profiling),
 		"--cert-dir=" + filepath.Join(c.workDir, "pki", "apiserver-generated"),
 	}
 	return append(args, c.cfg.APIServerExtraArgs...)
@@ -80,7 +80,7 @@ func (c *Cluster) controllerManagerArgs() []string {
 		// Matched to kwok's node lease (Config.NodeLeaseDuration): a node is NotReady only when
 		// its lease has not been renewed for a minute past its duration.
 		"--node-monitor-grace-period=" + c.cfg.nodeMonitorGracePeriod().String(),
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(c.cfg.Profiling),
 	}
 }
 
@@ -135,6 +135,6 @@ func (c *Cluster) schedulerArgs() ([]string, error) {
 		"--bind-address=" + loopback,
 		"--secure-port=" + strconv.Itoa(c.ports.scheduler),
 		"--cert-dir=" + filepath.Join(c.workDir, "pki", "scheduler-generated"),
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(c.cfg.Profiling),
 	}, nil
 }

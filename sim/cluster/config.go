@@ -56,6 +56,9 @@ type Config struct {
 	SchedulerQPS int
 	// MinFreeDiskBytes is the free space WorkDir's file system must have at start.
 	MinFreeDiskBytes int64
+	// Profiling serves /debug/pprof on kube-apiserver, kube-controller-manager and the stock
+	// kube-scheduler (to the cluster admin), for the simulator's CPU breakdown.
+	Profiling bool
 	// APIServerExtraArgs are appended to kube-apiserver's command line (feature gates, say).
 	APIServerExtraArgs []string
 }

@@ -79,6 +79,8 @@ type SchedulerOptions struct {
 	QPS float32
 	// Verbosity is the klog -v level; default 2.
 	Verbosity int
+	// Profiling serves /debug/pprof on the scheduler's secure port (to the cluster admin).
+	Profiling bool
 }
 
 // Scheduler is a running gpu-scheduler.
@@ -128,7 +130,7 @@ func StartScheduler(ctx context.Context, c *cluster.Cluster, opts SchedulerOptio
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + filepath.Join(c.WorkDir(), opts.Name+"-certs"),
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(opts.Profiling),
 		"-v=" + strconv.Itoa(opts.Verbosity),
 	}, nil)
 	if err != nil {

@@ -191,8 +191,9 @@ func gpuMapSVG(m []metrics.NodeMap) template.HTML {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"shift": func(v int64) int64 { return v >> 20 },
-	"title": runner.ModeTitle,
+	"shift":  func(v int64) int64 { return v >> 20 },
+	"title":  runner.ModeTitle,
+	"pct100": func(v float64) float64 { return 100 * v },
 	"unscheduled": func(r *Report, mode string) string {
 		if x := r.Run(mode); x != nil {
 			return "unscheduled " + unscheduledLine(x)
@@ -235,6 +236,9 @@ th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-we
 <h2>CPU time during the workload by process</h2>
 <div class="side">{{range .R.Runs}}<div><h3>{{title .Mode}}</h3><table>{{range $k, $v := .WorkloadCPUSeconds}}<tr><td>{{$k}}</td><td>{{printf "%.1f s" $v}}</td></tr>{{end}}<tr><th>all</th><th>{{printf "%.1f s" .WorkloadCPUTotal}}</th></tr></table></div>{{end}}</div>
 <p class="note">Everything runs on one machine, so a process's CPU time is taken from the others: on a small machine the kube-apiserver's CPU per bound pod bounds the throughput.</p>
+{{if .Causes}}<h2>CPU per bound pod by cause (profiled)</h2>
+<div class="side">{{range .R.Runs}}{{if .CPUCauses}}<div><h3>{{.Mode}}</h3><table><tr><th>process / cause</th><th>ms per pod</th><th>share</th></tr>{{range .CPUCauses}}<tr><th>{{.Process}}</th><th>{{printf "%.1f" .MsPerPod}}</th><th></th></tr>{{range .Shares}}<tr><td>{{.Cause}}</td><td>{{printf "%.1f" .MsPerPod}}</td><td>{{printf "%.0f %%" (pct100 .Fraction)}}</td></tr>{{end}}{{end}}</table></div>{{end}}{{end}}</div>
+<p class="note">Each process's CPU time during the workload, from /proc, split in the proportions of its CPU profile's samples (gpu-sim run --profile): a sample counts for the first cause whose functions are on its stack (sim/profile).</p>{{end}}
 <h2>Where the wall time went</h2>
 <div class="side">{{range .R.Runs}}<div><h3>{{title .Mode}}</h3><table>{{range .Phases}}<tr><td>{{.Name}}</td><td>{{printf "%.1f s" .Duration.Seconds}}</td></tr>{{end}}</table></div>{{end}}</div>
 </body></html>
@@ -256,9 +260,13 @@ func (r *Report) WriteHTML(path string) error {
 		Wall      time.Duration
 		Truncated bool
 		MapNodes  int
+		Causes    bool
 	}{R: r, Rows: r.rows(), Util: utilizationSVG(r.Runs), Wall: r.Wall.Round(time.Second), MapNodes: mapNodes}
 	if r.hasFill() {
 		data.Alloc = allocationSVG(r.Runs)
+	}
+	for _, x := range r.Runs {
+		data.Causes = data.Causes || len(x.CPUCauses) > 0
 	}
 	for _, x := range r.Runs {
 		data.Maps = append(data.Maps, mapView{Mode: x.Mode, At: x.Metrics.PeakAt.Round(time.Second), SVG: gpuMapSVG(x.Metrics.Map)})

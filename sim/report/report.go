@@ -314,6 +314,7 @@ func (r *Report) Table(w io.Writer) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+	r.CauseTable(w)
 	for _, x := range r.Runs {
 		var parts []string
 		for _, p := range x.Phases {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +33,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/profile"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
 
@@ -114,6 +116,9 @@ type Options struct {
 	// DRA, when set, turns the DRA baseline on or off whatever the scenario says
 	// (spec.baseline.dra). It runs only on harness clusters.
 	DRA *bool
+	// Profile takes CPU profiles of the kube-apiserver, the scheduler and gpu-sim during the
+	// workload (into LogDir/profiles-<run>) and splits their CPU time by cause.
+	Profile bool
 }
 
 // RunResult is one scheduler's run.
@@ -144,10 +149,12 @@ type RunResult struct {
 	// WorkloadCPUTotal their sum: on a shared machine this says where the throughput went.
 	WorkloadCPUSeconds map[string]float64 `json:"workloadCPUSeconds"`
 	WorkloadCPUTotal   float64            `json:"workloadCPUTotal"`
-	CreateErrors       int64              `json:"createErrors"`
-	Setup              time.Duration      `json:"setup"`
-	Workload           time.Duration      `json:"workload"`
-	Teardown           time.Duration      `json:"teardown"`
+	// CPUCauses split the profiled processes' workload CPU by cause (Options.Profile).
+	CPUCauses    []profile.Breakdown `json:"cpuCauses,omitempty"`
+	CreateErrors int64               `json:"createErrors"`
+	Setup        time.Duration       `json:"setup"`
+	Workload     time.Duration       `json:"workload"`
+	Teardown     time.Duration       `json:"teardown"`
 	// Phases are the run's steps in order with their durations (setup steps, workload,
 	// deleting the workload, stopping the control plane).
 	Phases []Phase `json:"phases"`
@@ -209,7 +216,7 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		res.Notes = append(res.Notes, fmt.Sprintf("ran on the existing cluster of %s (its own kwok%s); peak RSS counts only the processes this run started and gpu-sim", kubeconfig, map[bool]string{true: " and kube-scheduler", false: ""}[stock]))
 	} else {
 		bar.phase("starting the control plane")
-		if c, err = cluster.Start(ctx, cluster.Config{Name: "sim-" + short, StockScheduler: stock}); err != nil {
+		if c, err = cluster.Start(ctx, cluster.Config{Name: "sim-" + short, StockScheduler: stock, Profiling: o.Profile}); err != nil {
 			return nil, err
 		}
 	}
@@ -323,7 +330,7 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	}
 	plan := scenario.Expand(s)
 	var sched *launch.Scheduler
-	schedOpts := launch.SchedulerOptions{Name: "gpu-scheduler", LeaseNamespace: LeaseNamespace, NodeStrategy: s.Spec.Scheduler.NodeStrategy, QPS: float32(s.Spec.Scheduler.QPS)}
+	schedOpts := launch.SchedulerOptions{Name: "gpu-scheduler", LeaseNamespace: LeaseNamespace, NodeStrategy: s.Spec.Scheduler.NodeStrategy, QPS: float32(s.Spec.Scheduler.QPS), Profiling: o.Profile}
 	if !stock {
 		bar.phase("starting the webhook and gpu-scheduler")
 		if _, err := launch.StartWebhook(ctx, c, launch.WebhookOptions{Namespace: LeaseNamespace}); err != nil {
@@ -365,6 +372,12 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		pl.plan[i].At += t0
 		if pl.plan[i].DeleteAt > 0 {
 			pl.plan[i].DeleteAt += t0
+		}
+	}
+	var prof *profile.Collection
+	if o.Profile && o.LogDir != "" {
+		if prof, err = startProfiles(ctx, c, sched, schedOpts.Name, filepath.Join(o.LogDir, "profiles-"+short)); err != nil {
+			return nil, err
 		}
 	}
 	cpuStart := markCPU(c)
@@ -412,6 +425,15 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		res.WorkloadCPUTotal += v
 	}
 	bound, _ := rec.counts()
+	if prof != nil {
+		files, perr := prof.Stop()
+		if perr != nil {
+			res.Notes = append(res.Notes, "profiles: "+perr.Error())
+		}
+		if res.CPUCauses, perr = profile.Breakdowns(files, res.WorkloadCPUSeconds, bound); perr != nil {
+			res.Notes = append(res.Notes, perr.Error())
+		}
+	}
 	bar.last = time.Time{}
 	bar.update(bound, int(pl.created.Load()), total, end-t0)
 	bar.done()
@@ -560,6 +582,22 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	res.Teardown = time.Since(t)
 	bar.phase("")
 	return res, nil
+}
+
+// startProfiles profiles the kube-apiserver and the scheduler (on a cluster this run started)
+// and gpu-sim itself while the workload runs.
+func startProfiles(ctx context.Context, c *cluster.Cluster, sched *launch.Scheduler, schedName, dir string) (*profile.Collection, error) {
+	var targets []profile.Target
+	if !c.Attached() {
+		targets = append(targets, profile.Target{Process: cluster.ComponentAPIServer, URL: c.RESTConfig().Host})
+		if u := c.SchedulerURL(); u != "" {
+			targets = append(targets, profile.Target{Process: cluster.ComponentScheduler, URL: u})
+		}
+	}
+	if sched != nil {
+		targets = append(targets, profile.Target{Process: schedName, URL: "https://127.0.0.1:" + strconv.Itoa(sched.Port)})
+	}
+	return profile.Start(ctx, dir, c.RESTConfig(), targets)
 }
 
 // deleteWorkload deletes the run's pods with grace 0 (they are fake, and waiting for kwok to
