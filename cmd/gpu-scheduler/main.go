@@ -23,6 +23,9 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
+// defaultFeatureGates are gpu-scheduler's defaults that differ from kube-scheduler's.
+const defaultFeatureGates = "NominatedNodeNameForExpectation=false"
+
 func main() {
 	metrics.Register()
 	os.Exit(cli.Run(newCommand()))
@@ -33,6 +36,14 @@ func main() {
 // name lives only in that file, and the scheduler's own flags have no say over it.
 func newCommand() *cobra.Command {
 	cmd := app.NewSchedulerCommand(app.WithPlugin(gpuclaim.Name, gpuclaim.New))
+	// With NominatedNodeNameForExpectation (beta, on since 1.35) the scheduler writes a pod's
+	// nominatedNodeName before the binding cycle whenever a PreBind plugin has work: for us that
+	// is every GPU pod, one more pod status write each (and a pass through the admission chain),
+	// to announce a binding the lease creates delay by milliseconds. Off unless the command line's
+	// own --feature-gates turns it on again: a later value of the flag wins.
+	if err := cmd.Flags().Set("feature-gates", defaultFeatureGates); err != nil {
+		panic(fmt.Sprintf("setting the default --feature-gates %s: %v", defaultFeatureGates, err))
+	}
 	var name string
 	cmd.Flags().StringVar(&name, "scheduler-name", gpuv1.SchedulerName,
 		"Name of the profile that runs the GpuClaimPlugin: the spec.schedulerName of the pods this release schedules (default $"+gpuv1.SchedulerNameEnv+", then the --config file's). Renames that profile of --config.")

@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	schedv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/kubernetes/pkg/features"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/config"
@@ -47,5 +50,28 @@ func TestSchedulerNameRenamesConfig(t *testing.T) {
 
 	if err := renameConfig(newCommand(), "canary"); err == nil || !strings.Contains(err.Error(), "--config") {
 		t.Fatalf("without --config: %v, want an error naming --config", err)
+	}
+}
+
+// NominatedNodeNameForExpectation is off by default (one pod status write per GPU pod less) and
+// the command line can turn it on again.
+func TestNominatedNodeNameForExpectationDefaultsOff(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--feature-gates=NominatedNodeNameForExpectation=true"}, true},
+	} {
+		cmd := newCommand()
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := compatibility.DefaultComponentGlobalsRegistry.Set(); err != nil {
+			t.Fatal(err)
+		}
+		if got := utilfeature.DefaultFeatureGate.Enabled(features.NominatedNodeNameForExpectation); got != tc.want {
+			t.Errorf("args %v: NominatedNodeNameForExpectation %v, want %v", tc.args, got, tc.want)
+		}
 	}
 }
