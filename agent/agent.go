@@ -30,6 +30,9 @@ import (
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
+// DefaultUsageWriteInterval is Config.UsageWriteInterval's default.
+const DefaultUsageWriteInterval = 30 * time.Second
+
 // Config configures an Agent. Zero durations take the defaults.
 type Config struct {
 	// NodeName is the node whose GPUs these are.
@@ -53,8 +56,10 @@ type Config struct {
 	MinWriteInterval time.Duration
 	// UsageWriteInterval is the shortest time between two status writes when only inUseBy
 	// changed: usage is informational (the scheduler's leases are the lock), so a node that
-	// receives a burst of pods writes once per interval instead of once per pod. Default 5s;
-	// negative: MinWriteInterval.
+	// receives a burst of pods writes once per interval instead of once per pod. Default 30s
+	// (at 5 s the agents' usage writes were a fifth of the apiserver's custom-resource writes
+	// at scale-5k, and each one also reaches every GpuNodeStatus watcher); negative:
+	// MinWriteInterval.
 	UsageWriteInterval time.Duration
 	// RecoveryQuietPeriod is how long an answering GPU must stay free of critical events
 	// before an event fault clears. Default 5m.
@@ -103,7 +108,7 @@ func (c *Config) validate() error {
 	}
 	c.MinWriteInterval = max(c.MinWriteInterval, 0)
 	if c.UsageWriteInterval == 0 {
-		c.UsageWriteInterval = 5 * time.Second
+		c.UsageWriteInterval = DefaultUsageWriteInterval
 	}
 	c.UsageWriteInterval = max(c.UsageWriteInterval, 0)
 	if c.TelemetryInterval == 0 {

@@ -372,13 +372,13 @@ func TestInUseByFromLeases(t *testing.T) {
 		}
 	}
 	h.agent.Poke()
-	// Usage alone waits for the usage write interval (5s by default)...
+	// Usage alone waits for the usage write interval (DefaultUsageWriteInterval)...
 	time.Sleep(100 * time.Millisecond)
 	if st := h.until("status", 0, func(*apiv1.GpuNodeStatus) bool { return true }); st.Status.Free != 8 {
 		t.Fatalf("inUseBy written before the usage write interval: free %d", st.Status.Free)
 	}
 	// ...then goes out (the harness steps the fake clock a second per poll).
-	st := h.until("inUseBy", 10, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 6 })
+	st := h.until("inUseBy", int(agent.DefaultUsageWriteInterval/time.Second)+5, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 6 })
 	if got := st.Status.Devices[1].InUseBy; len(got) != 1 || got[0] != "pod-uid-1" {
 		t.Errorf("GPU 1 inUseBy %v", got)
 	}

@@ -26,6 +26,7 @@ var agentTimings = agent.Config{
 	// so that a load a step sets shows in the status at once.
 	TelemetryInterval:        200 * time.Millisecond,
 	TelemetryWritesPerMinute: 600,
+	UsageWriteInterval:       time.Second,
 }
 
 // agentFleet runs the production node agent in fleet mode (package agent/fleet) for the

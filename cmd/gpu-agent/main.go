@@ -65,7 +65,7 @@ func main() {
 	fs.DurationVar(&o.probe, "probe-interval", 30*time.Second, "How often every GPU is probed (lost, persistent faults, recovery).")
 	fs.DurationVar(&o.quiet, "recovery-quiet-period", 5*time.Minute, "How long an answering GPU must stay free of critical events before it is Healthy again.")
 	fs.DurationVar(&o.minWrite, "min-write-interval", time.Second, "Shortest time between two status writes of one node.")
-	fs.DurationVar(&o.usageWrite, "usage-write-interval", 5*time.Second, "Shortest time between two status writes of one node when only inUseBy changed (health changes go out after --min-write-interval).")
+	fs.DurationVar(&o.usageWrite, "usage-write-interval", agent.DefaultUsageWriteInterval, "Shortest time between two status writes of one node when only inUseBy changed (health changes go out after --min-write-interval).")
 	fs.DurationVar(&o.telemetryInterval, "telemetry-interval", 10*time.Second, "How often every GPU's utilisation, memory, temperature, power and ECC counters are read (for the status and the DCGM_FI_* series); negative: never.")
 	fs.Float64Var(&o.telemetryWritesPerMinute, "telemetry-writes-per-minute", 2, "Budget of GpuNodeStatus writes per node per minute that telemetry alone may cause when it moved significantly; health changes are not held back by it. Negative: none (telemetry then rides along with health, usage and heartbeat writes).")
 	fs.BoolVar(&o.fleet, "fleet", false, "Simulate every node labelled gpu.scheduling/topology with its mock GPU topology.")
