@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -73,7 +74,7 @@ func TestGenerateTemplateRejectsBadFlags(t *testing.T) {
 func TestTopRowsSayNAWhereTheAgentIsSilent(t *testing.T) {
 	util := int32(37)
 	st := []apiv1.GpuNodeStatus{{Spec: apiv1.GpuNodeStatusSpec{NodeName: "n1"}, Status: apiv1.GpuNodeStatusStatus{Devices: []apiv1.Device{
-		{ID: 1, Health: apiv1.Healthy, UtilizationPercent: &util, MemoryMiB: 81559},
+		{ID: 1, Health: apiv1.Healthy, UtilizationPercent: &util, MemoryMiB: 81559, MemoryUsedMiB: ptr.To[int64](20480), TemperatureCelsius: ptr.To[int32](61)},
 		{ID: 0},
 	}}}}
 	nodes := []NodeView{{Name: "n1", GPUs: []GPUView{{ID: 1, Holders: []string{"ml/train"}}}}}
@@ -81,7 +82,7 @@ func TestTopRowsSayNAWhereTheAgentIsSilent(t *testing.T) {
 	if len(rows) != 2 || rows[0].ID != 0 || rows[0].Health != "Unknown" || rows[1].Holder != "ml/train" {
 		t.Fatalf("rows %+v", rows)
 	}
-	if got := orNA(rows[1].UtilizationPercent, "%") + " " + memory(rows[1]) + " " + orNA(rows[1].PowerWatts, "W"); got != "37% n/a/81559 MiB n/a" {
+	if got := orNA(rows[1].UtilizationPercent, "%") + " " + memory(rows[1]) + " " + orNA(rows[1].TemperatureCelsius, "C") + " " + orNA(rows[1].PowerWatts, "W"); got != "37% 20480/81559 MiB 61C n/a" {
 		t.Errorf("GPU 1 reads %q", got)
 	}
 	if got := orNA(rows[0].UtilizationPercent, "%") + " " + memory(rows[0]); got != "n/a n/a" {

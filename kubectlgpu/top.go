@@ -31,6 +31,9 @@ type TopRow struct {
 func telemetry(r *TopRow, d apiv1.Device) {
 	r.UtilizationPercent = d.UtilizationPercent
 	r.MemoryMiB = d.MemoryMiB
+	r.MemoryUsedMiB = d.MemoryUsedMiB
+	r.TemperatureCelsius = d.TemperatureCelsius
+	r.PowerWatts = d.PowerWatts
 }
 
 // TopRows joins the devices of every GpuNodeStatus with their holders, in node and ID order.

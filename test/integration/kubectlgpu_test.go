@@ -69,7 +69,8 @@ func golden(t *testing.T, name, got string) {
 func TestKubectlGPUGolden(t *testing.T) {
 	const node = "kgpu-node"
 	devs := []apiv1.Device{
-		{ID: 0, Island: "nv0", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100", UtilizationPercent: ptr.To[int32](37), MemoryMiB: 81559},
+		{ID: 0, Island: "nv0", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100", UtilizationPercent: ptr.To[int32](37), MemoryMiB: 81559,
+			MemoryUsedMiB: ptr.To[int64](20480), TemperatureCelsius: ptr.To[int32](61), PowerWatts: ptr.To[int32](412)},
 		{ID: 1, Island: "nv0", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100"},
 		{ID: 2, Island: "nv1", Health: apiv1.Unhealthy, Reason: "Xid 79", BandwidthGBps: 900, Product: "NVIDIA H100"},
 		{ID: 3, Island: "nv1", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100"},
