@@ -33,6 +33,14 @@ import (
 // DefaultUsageWriteInterval is Config.UsageWriteInterval's default.
 const DefaultUsageWriteInterval = 30 * time.Second
 
+// DefaultTelemetryWritesPerMinute is Config.TelemetryWritesPerMinute's default: no writes for
+// telemetry alone. Every GPU's load moves all the time, so any budget is spent by every node:
+// at 2 a minute, 5,000 nodes made 167 GpuNodeStatus writes a second, and on a 1,000-node
+// simulation (scale-5k cut by five) the apiserver's CPU per bound pod went from 23 to 77 ms,
+// 42 ms of it in custom-resource writes (docs/benchmarks.md). Live load is in the agent's
+// DCGM_FI_* series.
+const DefaultTelemetryWritesPerMinute = -1
+
 // Config configures an Agent. Zero durations take the defaults.
 type Config struct {
 	// NodeName is the node whose GPUs these are.
@@ -72,8 +80,9 @@ type Config struct {
 	TelemetryInterval time.Duration
 	// TelemetryWritesPerMinute is the budget of status writes per minute that telemetry alone
 	// may cause, when it moved significantly (status.TelemetryMoved); health changes go out
-	// after MinWriteInterval whatever the budget. Default 2; negative: none (telemetry then
-	// rides along with the writes health, usage and heartbeats cause).
+	// after MinWriteInterval whatever the budget. Negative: none, and the default
+	// (DefaultTelemetryWritesPerMinute): telemetry rides along with the writes health, usage
+	// and heartbeats cause, so the status's telemetry is at most a heartbeat old.
 	TelemetryWritesPerMinute float64
 	// Telemetry, when set, is given every GPU's latest reading for the Prometheus series
 	// (package telemetry); nil exports none.
@@ -115,7 +124,7 @@ func (c *Config) validate() error {
 		c.TelemetryInterval = 10 * time.Second
 	}
 	if c.TelemetryWritesPerMinute == 0 {
-		c.TelemetryWritesPerMinute = 2
+		c.TelemetryWritesPerMinute = DefaultTelemetryWritesPerMinute
 	}
 	def(&c.RecoveryQuietPeriod, 5*time.Minute)
 	def(&c.InitBackoff, 5*time.Second)

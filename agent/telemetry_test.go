@@ -133,7 +133,7 @@ func gathered(t *testing.T, reg metrics.KubeRegistry, name, gpu string) float64 
 // TestTelemetryKeepsItsWriteBudget: over ten minutes of moving load the status is written at
 // most the budget's 2 times a minute (30s apart at least), yet the load does get written.
 func TestTelemetryKeepsItsWriteBudget(t *testing.T) {
-	h := newHarness(t, mock.DGXH100, nvml.SUCCESS)
+	h := newHarnessWith(t, mock.DGXH100, nvml.SUCCESS, func(c *agent.Config) { c.TelemetryWritesPerMinute = 2 })
 	first := h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Total == 8 })
 	start := first.Status.LastHeartbeatTime.Time
 	for range 60 { // ten minutes in steps of the telemetry interval
@@ -158,4 +158,26 @@ func TestTelemetryKeepsItsWriteBudget(t *testing.T) {
 		}
 	}
 	t.Logf("%d status writes in %s", len(times), elapsed)
+}
+
+// TestTelemetryAloneWritesNothingByDefault: without a budget, ten minutes of moving load make no
+// status write of their own (the first status is the only one before the 2-hour heartbeat),
+// and the write that does go out carries the latest reading.
+func TestTelemetryAloneWritesNothingByDefault(t *testing.T) {
+	h := newHarness(t, mock.DGXH100, nvml.SUCCESS)
+	h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Total == 8 })
+	for range 60 { // ten minutes in steps of the telemetry interval
+		before := h.srv.Calls()
+		h.clk.Step(10 * time.Second)
+		h.nudging("a telemetry read", func() bool { return h.srv.Calls() > before })
+	}
+	writes := 0
+	for _, a := range h.gpu.Actions() {
+		if _, ok := a.(k8stesting.UpdateAction); ok && a.GetSubresource() == "status" {
+			writes++
+		}
+	}
+	if writes > 1 {
+		t.Fatalf("%d status writes in ten minutes of moving load with the default budget, want at most the first", writes)
+	}
 }

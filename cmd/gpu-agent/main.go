@@ -67,7 +67,7 @@ func main() {
 	fs.DurationVar(&o.minWrite, "min-write-interval", time.Second, "Shortest time between two status writes of one node.")
 	fs.DurationVar(&o.usageWrite, "usage-write-interval", agent.DefaultUsageWriteInterval, "Shortest time between two status writes of one node when only inUseBy changed (health changes go out after --min-write-interval).")
 	fs.DurationVar(&o.telemetryInterval, "telemetry-interval", 10*time.Second, "How often every GPU's utilisation, memory, temperature, power and ECC counters are read (for the status and the DCGM_FI_* series); negative: never.")
-	fs.Float64Var(&o.telemetryWritesPerMinute, "telemetry-writes-per-minute", 2, "Budget of GpuNodeStatus writes per node per minute that telemetry alone may cause when it moved significantly; health changes are not held back by it. Negative: none (telemetry then rides along with health, usage and heartbeat writes).")
+	fs.Float64Var(&o.telemetryWritesPerMinute, "telemetry-writes-per-minute", agent.DefaultTelemetryWritesPerMinute, "Budget of GpuNodeStatus writes per node per minute that telemetry alone may cause when it moved significantly; health changes are not held back by it. Negative (the default) or zero: none; telemetry then rides along with health, usage and heartbeat writes, at most --heartbeat-interval old (every GPU's load moves, so any budget is spent by every node).")
 	fs.BoolVar(&o.fleet, "fleet", false, "Simulate every node labelled gpu.scheduling/topology with its mock GPU topology.")
 	fs.Float64Var(&o.qps, "kube-api-qps", 20, "Client QPS to the API server (raise it with --fleet).")
 	fs.IntVar(&o.burst, "kube-api-burst", 40, "Client burst to the API server.")
