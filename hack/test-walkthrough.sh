@@ -10,6 +10,15 @@ if [[ -z "$script" ]]; then
 	echo "README.md has no walkthrough between <!-- walkthrough:begin --> and <!-- walkthrough:end -->" >&2
 	exit 1
 fi
+# A dev cluster someone is using is never touched: the walkthrough starts and stops its own.
+state=_output/cluster/dev/cluster.json
+if [[ -f $state ]]; then
+	pid=$(sed -n 's/.*"ownerPID": *\([0-9][0-9]*\).*/\1/p' "$state")
+	if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+		echo "a dev cluster is running (pid $pid, make dev): run make dev-down first" >&2
+		exit 1
+	fi
+fi
 out=${WALKTHROUGH_OUT:-$(mktemp)}
 # Whatever happens, the cluster goes: the walkthrough's own last line is make dev-down.
 trap 'bin/gpu-sim cluster down --name dev >/dev/null 2>&1 || true' EXIT
@@ -33,6 +42,7 @@ expect=(
 	'1 node: needs 8 healthy free GPUs; node has 4 (4 held)'
 	'1 node: needs 8 healthy free GPUs; node has 7 (1 not healthy)'
 	'NVIDIA H100 80GB HBM3  dgx-h100  2      16     4          11    1'
+	'GPU  UTIL  MEMORY'
 	'Claims: Bound=1 Pending=1'
 	'cluster dev stopped'
 )
