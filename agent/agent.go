@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -411,6 +412,12 @@ func (a *Agent) handleEvent(ctx context.Context, ev gpu.Event) {
 		x.last = int64(min(ev.Xid, 1<<62))
 		a.xids[ev.Device] = x
 		a.exportTelemetry()
+	}
+	switch ev.Kind {
+	case gpu.EventXid:
+		metrics.XidErrors.WithLabelValues(a.cfg.NodeName, metrics.GPULabel(ev.Device), strconv.FormatUint(ev.Xid, 10)).Inc()
+	case gpu.EventDoubleBitECC:
+		metrics.ECCErrors.WithLabelValues(a.cfg.NodeName, metrics.GPULabel(ev.Device), "double_bit").Inc()
 	}
 	all := make([]int, len(a.inventory))
 	for i, d := range a.inventory {

@@ -3,7 +3,6 @@ package features
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
 )
 
 // Steps about GpuWorkloads and the gpu-controller that runs them.
@@ -437,20 +437,20 @@ func replicasOnNode(ctx context.Context, name string, i int) error {
 // scenario, so only "above 0" is meaningful, not an exact count.
 func controllerMetricAboveZero(ctx context.Context, series string) error {
 	st := state(ctx)
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", st.suite.controller.MetricsPort)
+	// The controller serves /metrics over HTTPS to callers the apiserver authorises, as
+	// Prometheus scrapes it: with a ServiceAccount token allowed to GET /metrics.
+	token, err := launch.MetricsReaderToken(ctx, st.suite.kube, LeaseNamespace, "metrics-reader")
+	if err != nil {
+		return err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d/metrics", st.suite.controller.MetricsPort)
 	return eventually(ctx, waitBound, "gpu-controller metric "+series+" above 0", func(ctx context.Context) (bool, string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false, "", err
-		}
-		resp, err := http.DefaultClient.Do(req)
+		code, body, err := launch.Scrape(ctx, url, token)
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return false, err.Error(), nil
+		if code != http.StatusOK {
+			return false, fmt.Sprintf("GET %s: HTTP %d: %s", url, code, body), nil
 		}
 		var seen []string
 		for _, line := range strings.Split(string(body), "\n") {

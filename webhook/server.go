@@ -58,6 +58,10 @@ type Config struct {
 	MaxRequestBytes int64
 	// ShutdownGrace bounds how long in-flight requests may finish when the context ends.
 	ShutdownGrace time.Duration
+	// MetricsGuard wraps /metrics so that only callers the apiserver authorises reach it
+	// (metricsauth.NewGuard). Nil serves no /metrics at all: the endpoint is never open to
+	// anonymous callers by omission.
+	MetricsGuard func(http.Handler) http.Handler
 }
 
 // DefaultConfig returns the configuration the flags start from.
@@ -206,7 +210,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeText(w, http.StatusOK, "ok")
 	})
-	mux.Handle(PathMetrics, s.metrics.handler())
+	if s.cfg.MetricsGuard != nil {
+		mux.Handle(PathMetrics, s.cfg.MetricsGuard(s.metrics.handler()))
+	}
 	return mux
 }
 
@@ -217,7 +223,7 @@ func (s *Server) admissionHandler(name string, admit AdmitFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		code, body, outcome := s.review(r, w, admit)
-		s.metrics.observe(name, code, start)
+		s.metrics.observe(name, code, outcome, start)
 		if outcome.Mutated {
 			s.metrics.mutations.WithLabelValues(fmt.Sprint(outcome.Replaced)).Inc()
 		}

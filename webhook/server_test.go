@@ -48,6 +48,7 @@ func newTestServer(t *testing.T) (*Server, *webhooktest.CA, string) {
 	cfg.CertFile, cfg.KeyFile = certFile, keyFile
 	cfg.Scheduler = testScheduler
 	cfg.MaxRequestBytes = 64 << 10
+	cfg.MetricsGuard = testGuard
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -118,13 +119,21 @@ func TestHandlerMutate(t *testing.T) {
 	}
 
 	if err := testutil.GatherAndCompare(s.metrics.registry, strings.NewReader(`
-# HELP gpu_webhook_mutations_total [ALPHA] Pods the mutating webhook patched, by whether a user-set variable was replaced.
-# TYPE gpu_webhook_mutations_total counter
-gpu_webhook_mutations_total{replaced="true"} 1
-# HELP gpu_webhook_requests_total [ALPHA] Admission requests served, by webhook path and HTTP status code.
-# TYPE gpu_webhook_requests_total counter
-gpu_webhook_requests_total{code="200",webhook="mutate"} 2
-`), "gpu_webhook_mutations_total", "gpu_webhook_requests_total"); err != nil {
+# HELP gpu_scheduler_webhook_admissions_total [ALPHA] Admission requests answered, by webhook path and result: allowed (mutated or not), denied, or error (the request never got a review answer).
+# TYPE gpu_scheduler_webhook_admissions_total counter
+gpu_scheduler_webhook_admissions_total{result="allowed",webhook="mutate"} 2
+gpu_scheduler_webhook_admissions_total{result="denied",webhook="mutate"} 0
+gpu_scheduler_webhook_admissions_total{result="error",webhook="mutate"} 0
+gpu_scheduler_webhook_admissions_total{result="allowed",webhook="validate"} 0
+gpu_scheduler_webhook_admissions_total{result="denied",webhook="validate"} 0
+gpu_scheduler_webhook_admissions_total{result="error",webhook="validate"} 0
+# HELP gpu_scheduler_webhook_mutations_total [ALPHA] Pods the mutating webhook patched, by whether a user-set variable was replaced.
+# TYPE gpu_scheduler_webhook_mutations_total counter
+gpu_scheduler_webhook_mutations_total{replaced="true"} 1
+# HELP gpu_scheduler_webhook_requests_total [ALPHA] Admission requests served, by webhook path and HTTP status code.
+# TYPE gpu_scheduler_webhook_requests_total counter
+gpu_scheduler_webhook_requests_total{code="200",webhook="mutate"} 2
+`), "gpu_scheduler_webhook_admissions_total", "gpu_scheduler_webhook_mutations_total", "gpu_scheduler_webhook_requests_total"); err != nil {
 		t.Error(err)
 	}
 }
@@ -163,10 +172,14 @@ func TestHandlerValidateDenialMetric(t *testing.T) {
 		t.Fatalf("response %+v", resp)
 	}
 	if err := testutil.GatherAndCompare(s.metrics.registry, strings.NewReader(`
-# HELP gpu_webhook_denials_total [ALPHA] Admission requests denied, by webhook path and reason.
-# TYPE gpu_webhook_denials_total counter
-gpu_webhook_denials_total{reason="binding",webhook="validate"} 1
-`), "gpu_webhook_denials_total"); err != nil {
+# HELP gpu_scheduler_webhook_denials_total [ALPHA] Admission requests denied, by webhook path and reason.
+# TYPE gpu_scheduler_webhook_denials_total counter
+gpu_scheduler_webhook_denials_total{reason="binding",webhook="validate"} 1
+`), "gpu_scheduler_webhook_denials_total"); err != nil {
+		t.Error(err)
+	}
+	if got, err := testutil.GetCounterMetricValue(s.metrics.admissions.WithLabelValues("validate", resultDenied)); err != nil || got != 1 {
+		t.Errorf("admissions{validate,denied} = %v (%v), want 1", got, err)
 		t.Error(err)
 	}
 }
@@ -310,8 +323,22 @@ func TestServeTLSAndRotation(t *testing.T) {
 		t.Fatalf("mutate over TLS: %s", b)
 	}
 	code, body, err := get(oldClient, PathMetrics)
-	if err != nil || code != http.StatusOK || !strings.Contains(body, "gpu_webhook_requests_total") {
-		t.Fatalf("GET %s: %d %v\n%s", PathMetrics, code, err, body)
+	if err != nil || code != http.StatusUnauthorized {
+		t.Fatalf("GET %s without a token: %d %v, want 401 from the guard\n%s", PathMetrics, code, err, body)
+	}
+	req, err := http.NewRequest(http.MethodGet, base+PathMetrics, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err = oldClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "gpu_scheduler_webhook_requests_total") {
+		t.Fatalf("GET %s with a token: %d\n%s", PathMetrics, resp.StatusCode, b)
 	}
 	// Go's TLS server answers plain HTTP with a 400 and closes; nothing is served.
 	if resp, err := http.Get("http://" + ln.Addr().String() + PathHealthz); err == nil {
@@ -344,5 +371,30 @@ func TestServeTLSAndRotation(t *testing.T) {
 	var certErr *tls.CertificateVerificationError
 	if _, _, err := get(oldClient, PathHealthz); !errors.As(err, &certErr) {
 		t.Errorf("a client trusting only the old CA got %v; want a certificate verification error", err)
+	}
+}
+
+// testToken is the one bearer token testGuard lets through; the real guard asks the apiserver
+// (metricsauth), which the integration tests exercise.
+const testToken = "metrics-reader"
+
+func testGuard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+testToken {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Without a guard the server has no /metrics: it is never served unguarded by omission.
+func TestHandlerNoMetricsWithoutGuard(t *testing.T) {
+	s, _, _ := newTestServer(t)
+	s.cfg.MetricsGuard = nil
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, PathMetrics, nil))
+	if w.Code != http.StatusNotFound {
+		t.Errorf("GET %s without a guard: %d, want 404", PathMetrics, w.Code)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -55,6 +56,10 @@ type Config struct {
 	// DeviceHook, when set, gives each node's agent its OnDevices function (agent.Config): the
 	// simulator's DRA baseline publishes every node's ResourceSlice from it (package agent/dra).
 	DeviceHook func(node *corev1.Node) func([]apiv1.Device)
+	// NodeSelector narrows the simulated nodes to those labelled gpu.scheduling/topology that
+	// also match this label selector (a test that runs a fleet beside nodes it plays itself).
+	// Empty: every labelled node.
+	NodeSelector string
 }
 
 // Fleet is the set of simulated node agents.
@@ -86,6 +91,11 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.LeaseNamespace == "" {
 		cfg.LeaseNamespace = "gpu-scheduler"
 	}
+	if cfg.NodeSelector != "" {
+		if _, err := labels.Parse(cfg.NodeSelector); err != nil {
+			return nil, fmt.Errorf("fleet: node selector %q: %w", cfg.NodeSelector, err)
+		}
+	}
 	if cfg.WriteQPS <= 0 {
 		cfg.WriteQPS = 100
 	}
@@ -103,7 +113,12 @@ func New(cfg Config) (*Fleet, error) {
 func (f *Fleet) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(f.cfg.KubeClient, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = apiv1.LabelTopology }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = apiv1.LabelTopology
+			if f.cfg.NodeSelector != "" {
+				o.LabelSelector += "," + f.cfg.NodeSelector
+			}
+		}))
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	leaseFactory := leases.NewInformerFactory(f.cfg.KubeClient, f.cfg.LeaseNamespace, "", 0)
 	leaseInformer, err := leases.Informer(leaseFactory)

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,10 +39,12 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/telemetry"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	"github.com/gpu-scheduler/gpu-scheduler/metricsauth"
 )
 
 type options struct {
 	nodeName, kubeconfig, leaseNamespace, listen  string
+	metricsAddr, metricsCert, metricsKey          string
 	heartbeat, probe, quiet, minWrite, usageWrite time.Duration
 	telemetryInterval                             time.Duration
 	telemetryWritesPerMinute                      float64
@@ -50,6 +53,7 @@ type options struct {
 	burst                                         int
 	fleetWriteQPS                                 float64
 	fleetWriteBurst                               int
+	fleetNodeSelector                             string
 	devicePlugin                                  devicePluginOptions
 }
 
@@ -60,7 +64,10 @@ func main() {
 	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "Node whose GPUs this agent reports (default $NODE_NAME). Ignored with --fleet.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; empty means in-cluster configuration.")
 	fs.StringVar(&o.leaseNamespace, "lease-namespace", "gpu-scheduler", "Namespace of the scheduler's GPU leases.")
-	fs.StringVar(&o.listen, "listen-address", ":8080", "Address of /healthz, /metrics and, with --fleet, /fault and /nodes.")
+	fs.StringVar(&o.listen, "listen-address", ":8080", "Address of the plain-HTTP /healthz and /readyz (the kubelet's probes) and, with --fleet, /fault and /nodes.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the HTTPS /metrics endpoint (with /healthz and /readyz); callers' bearer tokens are checked with the apiserver (TokenReview, SubjectAccessReview). 0 turns it off.")
+	fs.StringVar(&o.metricsCert, "metrics-cert-file", "", "PEM serving certificate of --metrics-bind-address; empty: a self-signed one made at start-up.")
+	fs.StringVar(&o.metricsKey, "metrics-key-file", "", "PEM key of --metrics-cert-file.")
 	fs.DurationVar(&o.heartbeat, "heartbeat-interval", 3*time.Minute, "Longest time between two GpuNodeStatus writes (the freshness signal).")
 	fs.DurationVar(&o.probe, "probe-interval", 30*time.Second, "How often every GPU is probed (lost, persistent faults, recovery).")
 	fs.DurationVar(&o.quiet, "recovery-quiet-period", 5*time.Minute, "How long an answering GPU must stay free of critical events before it is Healthy again.")
@@ -73,6 +80,7 @@ func main() {
 	fs.IntVar(&o.burst, "kube-api-burst", 40, "Client burst to the API server.")
 	fs.Float64Var(&o.fleetWriteQPS, "fleet-write-qps", 100, "With --fleet: status writes per second for the whole fleet.")
 	fs.IntVar(&o.fleetWriteBurst, "fleet-write-burst", 200, "With --fleet: status write burst for the whole fleet.")
+	fs.StringVar(&o.fleetNodeSelector, "fleet-node-selector", "", "With --fleet: simulate only the labelled nodes that also match this label selector.")
 	fs.BoolVar(&o.devicePlugin.enabled, "device-plugin", true, "Serve the kubelet device-plugin API on nodes labelled gpu.scheduling/managed=true. Ignored with --fleet.")
 	fs.StringVar(&o.devicePlugin.resourceName, "resource-name", "nvidia.com/gpu", "Extended resource the device plugin serves; the webhook and the chart must use the same.")
 	fs.StringVar(&o.devicePlugin.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "The kubelet's device-plugin directory (holds kubelet.sock).")
@@ -122,17 +130,15 @@ func run(ctx context.Context, o options) error {
 		base.Telemetry = telemetry.Default
 	}
 
+	var ready atomic.Bool
 	mux := http.NewServeMux()
-	// Liveness says only that the process serves: NVML failures are reported in the status
-	// (GPUs Unknown), never by failing the probe, which would crash-loop the agent.
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.Handle("GET /metrics", legacyregistry.Handler())
+	addProbes(mux, &ready)
 
 	var runLoop func(context.Context) error
 	if o.fleet {
 		f, err := fleet.New(fleet.Config{
 			KubeClient: kube, GPUClient: gpus, LeaseNamespace: o.leaseNamespace, Agent: base,
-			WriteQPS: float32(o.fleetWriteQPS), WriteBurst: o.fleetWriteBurst,
+			WriteQPS: float32(o.fleetWriteQPS), WriteBurst: o.fleetWriteBurst, NodeSelector: o.fleetNodeSelector,
 		})
 		if err != nil {
 			return err
@@ -145,7 +151,43 @@ func run(ctx context.Context, o options) error {
 		runLoop = func(ctx context.Context) error { return runNode(ctx, o, base) }
 	}
 
-	srv := &http.Server{Addr: o.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	serve(ctx, &http.Server{Addr: o.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	if o.metricsAddr != "0" {
+		guard, err := metricsauth.NewGuard(cfg, "gpu-agent")
+		if err != nil {
+			return err
+		}
+		tlsCfg, err := metricsauth.ServingTLS(o.metricsCert, o.metricsKey, o.nodeName)
+		if err != nil {
+			return err
+		}
+		secure := http.NewServeMux()
+		addProbes(secure, &ready)
+		secure.Handle("GET /metrics", guard(legacyregistry.Handler()))
+		serve(ctx, &http.Server{Addr: o.metricsAddr, Handler: secure, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second})
+	}
+	logger.Info("gpu-agent starting", "fleet", o.fleet, "node", o.nodeName, "listen", o.listen, "metrics", o.metricsAddr)
+	ready.Store(true)
+	return runLoop(ctx)
+}
+
+// addProbes serves /healthz and /readyz. Liveness says only that the process serves: NVML
+// failures are reported in the status (GPUs Unknown), never by failing the probe, which would
+// crash-loop the agent. Readiness says the agent's loop has started.
+func addProbes(mux *http.ServeMux, ready *atomic.Bool) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+}
+
+// serve runs srv (HTTPS when it has a TLS configuration) until ctx ends.
+func serve(ctx context.Context, srv *http.Server) {
+	logger := klog.FromContext(ctx)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -153,12 +195,16 @@ func run(ctx context.Context, o options) error {
 		_ = srv.Shutdown(sctx)
 	}()
 	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "HTTP server failed", "address", o.listen)
+		var err error
+		if srv.TLSConfig != nil {
+			err = srv.ListenAndServeTLS("", "")
+		} else {
+			err = srv.ListenAndServe()
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "HTTP server failed", "address", srv.Addr)
 		}
 	}()
-	logger.Info("gpu-agent starting", "fleet", o.fleet, "node", o.nodeName, "listen", o.listen)
-	return runLoop(ctx)
 }
 
 // runNode runs the agent for this node over the real NVML.

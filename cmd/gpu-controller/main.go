@@ -1,8 +1,9 @@
 // Command gpu-controller runs the gpu-scheduler's controllers on one controller-runtime
 // manager: the claim-template controller (a GpuClaim per pod that names a GpuClaimTemplate) and
 // the GpuWorkload controller (replicas, claims, retries). It elects a leader, serves
-// /healthz and /readyz on --health-probe-bind-address and Prometheus metrics on
-// --metrics-bind-address.
+// /healthz and /readyz on --health-probe-bind-address and Prometheus metrics over HTTPS on
+// --metrics-bind-address, to callers the apiserver authenticates and authorises (TokenReview and
+// SubjectAccessReview through controller-runtime's metrics filters): no anonymous scrape.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -29,6 +31,7 @@ import (
 type options struct {
 	kubeconfig       string
 	metricsAddr      string
+	metricsCertDir   string
 	probeAddr        string
 	leaderElect      bool
 	leaderElectionNS string
@@ -55,7 +58,8 @@ func run() error {
 	}
 	fs := pflag.NewFlagSet("gpu-controller", pflag.ContinueOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty: in-cluster configuration (or $KUBECONFIG).")
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 turns it off.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus /metrics endpoint (HTTPS, bearer token checked with the apiserver); 0 turns it off.")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for /metrics; empty: a self-signed certificate made at start-up.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election Lease; empty: the pod's own namespace.")
@@ -98,8 +102,13 @@ func run() error {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Scheme: scheme,
+		Metrics: metricsserver.Options{
+			BindAddress:    o.metricsAddr,
+			SecureServing:  true,
+			CertDir:        o.metricsCertDir,
+			FilterProvider: filters.WithAuthenticationAndAuthorization,
+		},
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              o.leaderElectionID,

@@ -11,10 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
 	"k8s.io/klog/v2"
 
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/metricsauth"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
 )
@@ -44,7 +47,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.cfg.KeyFile, "tls-private-key-file", o.cfg.KeyFile, "PEM key of --tls-cert-file.")
 	fs.StringVar(&o.envMode, "visible-devices-env", o.envMode, "Variables pointed at the allocated GPU IDs: cuda (CUDA_VISIBLE_DEVICES), nvidia (NVIDIA_VISIBLE_DEVICES), both, or none (with the device plugin, which hands them over). See docs/webhook.md for which one fits your nodes.")
 	fs.StringVar(&o.resourceName, "resource-name", "", "GPU resource the agents' device plugin serves (e.g. nvidia.com/gpu): added to every claim pod's first container from its GpuClaim; pods that set the visible-devices variables or mount /dev/nvidia* are refused. Empty: off. See docs/node.md.")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig for reading GpuClaims with --resource-name; empty means in-cluster.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig for the API calls: TokenReview and SubjectAccessReview of /metrics callers, and reading GpuClaims with --resource-name; empty means in-cluster.")
 	fs.StringSliceVar(&o.cfg.Scheduler.Users, "scheduler-users", o.cfg.Scheduler.Users, "User names that may write the gpu.scheduling/allocated and gpu.scheduling/gpu-ids annotations (the scheduler's service account).")
 	fs.StringSliceVar(&o.cfg.Scheduler.Groups, "scheduler-groups", o.cfg.Scheduler.Groups, "Groups whose members may write the allocation annotations.")
 	fs.StringVar(&o.cfg.SchedulerName, "scheduler-name", gpuv1.SchedulerName, schedulerNameUsage)
@@ -70,10 +73,17 @@ func newCommand() *cobra.Command {
 			if o.cfg.SchedulerName, err = gpuv1.ResolveSchedulerName(o.cfg.SchedulerName, cmd.Flags().Changed("scheduler-name"), os.Getenv); err != nil {
 				return err
 			}
+			api, err := apiConfig(o.kubeconfig)
+			if err != nil {
+				return err
+			}
 			if o.resourceName != "" {
-				if o.cfg.Resource, err = resourceConfig(o.resourceName, o.kubeconfig); err != nil {
+				if o.cfg.Resource, err = resourceConfig(o.resourceName, api); err != nil {
 					return err
 				}
+			}
+			if o.cfg.MetricsGuard, err = metricsauth.NewGuard(api, "gpu-webhook"); err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -89,6 +99,23 @@ func newCommand() *cobra.Command {
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.AddCommand(newRenderCommand())
 	return cmd
+}
+
+// apiConfig is the client configuration of the webhook's own API calls: the kubeconfig when
+// given, else the pod's service account.
+func apiConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (pass --kubeconfig outside a cluster; /metrics callers are checked with the apiserver): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
 }
 
 func newRenderCommand() *cobra.Command {

@@ -71,8 +71,19 @@ func TestServeRejectsBadFlags(t *testing.T) {
 	if err := cmd.Execute(); err == nil || err.Error() != `visible devices env "rocm" is not one of cuda, nvidia, both, none` {
 		t.Errorf("got %v", err)
 	}
+	// A kubeconfig (never dialled: the server fails before it calls anyone) for the /metrics guard.
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cmd = newCommand()
-	cmd.SetArgs([]string{"--tls-cert-file", "/nonexistent.crt"})
+	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "--tls-cert-file", "/nonexistent.crt"})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "load serving certificate /nonexistent.crt") {
 		t.Errorf("got %v", err)
 	}

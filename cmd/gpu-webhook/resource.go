@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -18,19 +17,7 @@ import (
 // resourceConfig builds the webhook's device-plugin side: GPU counts are read from the pod's
 // GpuClaim or GpuClaimTemplate, and the forbid-privileged label from its namespace, with live
 // GETs (one per GPU pod created; no cache to go stale between a claim's creation and its pod's).
-func resourceConfig(name, kubeconfig string) (webhook.ResourceConfig, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	if err != nil {
-		return webhook.ResourceConfig{}, fmt.Errorf("--resource-name %s needs API access: %w", name, err)
-	}
+func resourceConfig(name string, cfg *rest.Config) (webhook.ResourceConfig, error) {
 	gpus, err := versioned.NewForConfig(cfg)
 	if err != nil {
 		return webhook.ResourceConfig{}, err

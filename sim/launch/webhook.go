@@ -28,6 +28,9 @@ type WebhookOptions struct {
 	// SchedulerGroups may write the allocation annotations; default system:masters, the group
 	// of the harness's admin kubeconfig that launched schedulers use.
 	SchedulerGroups []string
+	// NoRegister leaves the webhook configurations out: the process runs and serves, but the
+	// apiserver sends it nothing (a test that scrapes it beside other tests' pods).
+	NoRegister bool
 }
 
 // Webhook is a running gpu-webhook registered with the apiserver.
@@ -77,6 +80,8 @@ func StartWebhook(ctx context.Context, c *cluster.Cluster, opts WebhookOptions) 
 		"--listen-address=127.0.0.1:" + strconv.Itoa(port),
 		"--tls-cert-file=" + certFile,
 		"--tls-private-key-file=" + keyFile,
+		// /metrics callers are checked with the apiserver (TokenReview, SubjectAccessReview).
+		"--kubeconfig=" + c.Kubeconfig(),
 	}
 	// One identity for the process and for the configurations, whose match condition keeps
 	// this identity's Bindings from the webhook (it would allow them). The users are the
@@ -96,6 +101,9 @@ func StartWebhook(ctx context.Context, c *cluster.Cluster, opts WebhookOptions) 
 	if err := waitHealthy(ctx, p, w.URL+"/healthz", time.Minute); err != nil {
 		_ = p.Kill()
 		return nil, err
+	}
+	if opts.NoRegister {
+		return w, nil
 	}
 	mut, val, err := manifests.Render(manifests.Options{Namespace: opts.Namespace, CABundle: ca.PEM, URL: w.URL, Scheduler: scheduler})
 	if err != nil {
