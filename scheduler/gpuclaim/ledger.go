@@ -12,6 +12,7 @@ import (
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
 // source says why the plugin believes a pod holds a GPU. A hold lives while any source does.
@@ -42,6 +43,8 @@ type nodeEntry struct {
 	// GpuNodeStatus is seen.
 	base      *allocator.Node
 	heartbeat time.Time
+	// models maps GPU ID -> product name, for the gpu_scheduler_gpus gauge only.
+	models map[int]string
 	// holds maps GPU ID -> pod UID -> hold.
 	holds map[int]map[types.UID]*hold
 	// sum is recomputed on every change of base or holds, so that PreFilter can scan
@@ -261,6 +264,12 @@ func (c *ledger) setStatus(gns *apiv1.GpuNodeStatus) {
 	e := c.entry(nodeNameOf(gns))
 	e.base = n
 	e.heartbeat = gns.Status.LastHeartbeatTime.Time
+	e.models = make(map[int]string, len(gns.Status.Devices))
+	for _, d := range gns.Status.Devices {
+		if d.Product != "" {
+			e.models[int(d.ID)] = d.Product
+		}
+	}
 	e.recompute()
 }
 
@@ -580,3 +589,36 @@ func (c *ledger) claimReservedFor(claimKey string) (types.UID, bool) {
 // NodeFromStatus is nodeFromStatus for tools outside the scheduler (kubectl gpu) that must
 // see a node exactly as the allocator does.
 func NodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node { return nodeFromStatus(gns) }
+
+// gpuCounts counts the GPUs of every node with a status by model and state (free, allocated,
+// unhealthy), for the gpu_scheduler_gpus gauge. A GPU that is not Healthy counts as unhealthy
+// whether or not a pod still holds it.
+func (c *ledger) gpuCounts() []metrics.GPUCount {
+	type key struct{ model, state string }
+	counts := map[key]int{}
+	c.mu.RLock()
+	for _, e := range c.nodes {
+		if e.view == nil {
+			continue
+		}
+		for _, g := range e.view.GPUs {
+			k := key{model: e.models[g.ID], state: metrics.StateFree}
+			if k.model == "" {
+				k.model = "unknown"
+			}
+			switch {
+			case g.Health != allocator.Healthy:
+				k.state = metrics.StateUnhealthy
+			case g.ExclusiveHolder != "" || g.SharedHolders > 0:
+				k.state = metrics.StateAllocated
+			}
+			counts[k]++
+		}
+	}
+	c.mu.RUnlock()
+	out := make([]metrics.GPUCount, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, metrics.GPUCount{Model: k.model, State: k.state, Count: n})
+	}
+	return out
+}

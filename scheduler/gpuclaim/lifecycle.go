@@ -111,6 +111,8 @@ func (p *Plugin) collectOrphans(ctx context.Context) {
 	}
 	grace := time.Duration(*p.args.OrphanLeaseGraceSeconds) * time.Second
 	now := p.clock.Now()
+	stale := 0
+	defer func() { metrics.StaleLeases.Set(float64(stale)) }()
 	for _, l := range all {
 		ref, ok := parseLease(l)
 		if !ok {
@@ -127,6 +129,7 @@ func (p *Plugin) collectOrphans(ctx context.Context) {
 			if _, live := p.pods.get(uid); live {
 				continue
 			}
+			stale++
 			klog.FromContext(ctx).V(2).Info("Releasing orphaned GPU lease", "lease", klog.KObj(l), "podUID", uid)
 			p.ledger.forget(uid)
 			p.enqueueRelease(podRef{UID: uid, Namespace: l.Annotations[annotationPodNamespace], Name: l.Annotations[annotationPodName]})

@@ -39,6 +39,7 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	}
 	msg := fmt.Sprintf("GPUs %s on node %s reserved; waiting for the rest of gang %s (%d of %d pods placed)", apiv1.FormatIDs(s.ids), nodeName, g.key, placed, g.size)
 	p.status.pending(s.claim, pod, msg)
+	s.waitStart = p.clock.Now()
 	// One member fewer to place changes what the gang needs: mates that PreFilter turned away
 	// for want of room for all of them may fit now. Nothing else would wake them before this
 	// member's wait runs out (a freed or new node wakes only pods that fit it, and this

@@ -38,6 +38,7 @@ import (
 	gpulisters "github.com/gpu-scheduler/gpu-scheduler/api/generated/listers/api/v1"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
 var registerScheme sync.Once
@@ -148,6 +149,10 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		waiting:      newWaitingPods(),
 	}
 	p.status = newStatusWriter(p)
+	// The GPUs gauge reads this plugin's ledger at scrape time. With several profiles the last
+	// plugin made wins; they all see the same cluster.
+	metrics.SetFleetSource(p.ledger.gpuCounts)
+	metrics.SetPendingSource(func() (int, float64) { return p.waiting.pendingStats(p.clock.Now()) })
 
 	gpuFactory := gpuinformers.NewSharedInformerFactory(gpuClient, 0)
 	claims := gpuFactory.Gpu().V1().GpuClaims()

@@ -188,3 +188,17 @@ func (w *waitingPods) selectPods(keep func(waitingPod) bool) map[string]*v1.Pod 
 	}
 	return out
 }
+
+// pendingStats counts the waiting pods and the age of the oldest, for the pending-claims
+// gauges; now is the plugin's clock.
+func (w *waitingPods) pendingStats(now time.Time) (int, float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	oldest := 0.0
+	for _, wp := range w.pods {
+		if created := wp.pod.CreationTimestamp.Time; !created.IsZero() {
+			oldest = max(oldest, now.Sub(created).Seconds())
+		}
+	}
+	return len(w.pods), oldest
+}

@@ -25,6 +25,10 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return
 	}
 	metrics.Allocations.WithLabelValues(fmt.Sprint(len(s.ids))).Inc()
+	metrics.Placement(metrics.ResultBound, metrics.ReasonAllocated)
+	if !pod.CreationTimestamp.IsZero() {
+		metrics.AllocationDuration.Observe(p.clock.Since(pod.CreationTimestamp.Time).Seconds())
+	}
 	if len(s.ids) > 1 {
 		metrics.MultiGPUAllocations.Inc()
 		if s.islands == 1 {

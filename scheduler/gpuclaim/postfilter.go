@@ -7,6 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
 // PostFilter runs when no node passed the filters. PreFilter offered only the best fit tier
@@ -22,8 +24,9 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	}
 	p.waiting.add(pod, s.key, s.gang)
 	if !s.offered || s.gangHeld != "" {
-		return nil, fwk.NewStatus(fwk.Unschedulable) // no node had room: nothing to widen
+		return nil, fwk.NewStatus(fwk.Unschedulable) // no node had room: nothing to widen (PreFilter counted it)
 	}
+	metrics.Placement(metrics.ResultUnschedulable, metrics.ReasonFiltered)
 	if !p.relaxed.relax(pod.UID, s.tier) {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -36,6 +37,10 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return fwk.AsStatus(fmt.Errorf("pod %s/%s: no GPUs reserved on node %s", pod.Namespace, pod.Name, nodeName))
 	}
 	start := p.clock.Now()
+	if !s.waitStart.IsZero() {
+		metrics.GangWait.WithLabelValues("allowed").Observe(start.Sub(s.waitStart).Seconds())
+		s.waitStart = time.Time{}
+	}
 	shared := s.claim.Spec.Devices.Exclusivity == apiv1.Shared
 	taken, err := p.acquire(ctx, pod, nodeName, s.ids, shared)
 	s.leases = taken
@@ -43,10 +48,12 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		// An error, not Unschedulable: the pod goes to the backoff queue and is retried in a
 		// second or so, whereas an Unschedulable pod would wait for a cluster event.
 		metrics.LeaseConflicts.Inc()
+		metrics.Placement(metrics.ResultError, metrics.ReasonLeaseConflict)
 		klog.FromContext(ctx).V(2).Info("Lost a GPU lease race; will retry", "pod", klog.KObj(pod), "node", nodeName, "err", err)
 		return fwk.AsStatus(fmt.Errorf("GpuClaim %s: %w", s.key, err))
 	}
 	if err != nil {
+		metrics.Placement(metrics.ResultError, metrics.ReasonAPI)
 		return fwk.AsStatus(fmt.Errorf("locking GPUs %v on node %s for pod %s/%s: %w", s.ids, nodeName, pod.Namespace, pod.Name, err))
 	}
 	// The leases are ours: record them in the ledger now rather than waiting for the informer.
@@ -58,6 +65,7 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		if err := p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
 			setAllocation(st, apiv1.ClaimReserved, pod, alloc, fmt.Sprintf("GPUs %s on node %s locked for pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name))
 		}); err != nil {
+			metrics.Placement(metrics.ResultError, metrics.ReasonAPI)
 			return fwk.AsStatus(err)
 		}
 	}

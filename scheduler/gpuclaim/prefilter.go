@@ -16,6 +16,7 @@ import (
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
 // PreFilter reads and validates the pod's claim and narrows the nodes to those that can serve
@@ -23,64 +24,67 @@ import (
 // for), only such nodes are considered, so island-local placement holds wherever it is
 // possible even when the scheduler samples a share of a large cluster.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	res, st := p.preFilter(ctx, cs, pod, nodes)
+	res, st, reason := p.preFilter(ctx, cs, pod, nodes)
 	if st.IsRejected() {
 		name, _ := claimName(pod)
 		p.waiting.add(pod, claimKey(pod.Namespace, name), p.gangOfPod(pod))
+		metrics.Placement(metrics.ResultUnschedulable, reason)
+	} else if !st.IsSuccess() && !st.IsSkip() {
+		metrics.Placement(metrics.ResultError, reason)
 	}
 	return res, st
 }
 
-func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status, string) {
 	name, ok := claimName(pod)
 	if !ok {
-		return nil, fwk.NewStatus(fwk.Skip)
+		return nil, fwk.NewStatus(fwk.Skip), ""
 	}
 	logger := klog.FromContext(ctx)
 	if _, err := p.podStrategy(pod); err != nil {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error()), metrics.ReasonInvalidPod
 	}
 	template, templated := templateOf(pod)
 	if name == "" {
 		if templated {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-				fmt.Sprintf("pod %s/%s has an empty %s annotation; set it to the name of a GpuClaimTemplate in namespace %s", pod.Namespace, pod.Name, apiv1.AnnotationClaimTemplate, pod.Namespace))
+				fmt.Sprintf("pod %s/%s has an empty %s annotation; set it to the name of a GpuClaimTemplate in namespace %s", pod.Namespace, pod.Name, apiv1.AnnotationClaimTemplate, pod.Namespace)), metrics.ReasonInvalidPod
 		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("pod %s/%s has an empty %s annotation; set it to the name of a GpuClaim in namespace %s", pod.Namespace, pod.Name, apiv1.AnnotationClaim, pod.Namespace))
+			fmt.Sprintf("pod %s/%s has an empty %s annotation; set it to the name of a GpuClaim in namespace %s", pod.Namespace, pod.Name, apiv1.AnnotationClaim, pod.Namespace)), metrics.ReasonInvalidPod
 	}
 	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
 	if templated && apierrors.IsNotFound(err) {
 		// The claim controller has not made it yet (or the template is missing: it says so in
 		// an event on the pod). The claim's add event activates the pod (plugin.go), no poll.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("waiting for GpuClaim %s/%s to be made from GpuClaimTemplate %s for pod %s", pod.Namespace, name, template, pod.Name))
+			fmt.Sprintf("waiting for GpuClaim %s/%s to be made from GpuClaimTemplate %s for pod %s", pod.Namespace, name, template, pod.Name)), metrics.ReasonClaimNotFound
 	}
 	if err == nil && templated && !ownedBy(claim, pod) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("GpuClaim %s/%s is not owned by pod %s (UID %s); it was not made from GpuClaimTemplate %s for this pod, so it is not used", pod.Namespace, name, pod.Name, pod.UID, template))
+			fmt.Sprintf("GpuClaim %s/%s is not owned by pod %s (UID %s); it was not made from GpuClaimTemplate %s for this pod, so it is not used", pod.Namespace, name, pod.Name, pod.UID, template)), metrics.ReasonClaimNotFound
 	}
 	if apierrors.IsNotFound(err) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("GpuClaim %s/%s named by pod %s does not exist", pod.Namespace, name, pod.Name))
+			fmt.Sprintf("GpuClaim %s/%s named by pod %s does not exist", pod.Namespace, name, pod.Name)), metrics.ReasonClaimNotFound
 	}
 	if err != nil {
-		return nil, fwk.AsStatus(fmt.Errorf("reading GpuClaim %s/%s: %w", pod.Namespace, name, err))
+		return nil, fwk.AsStatus(fmt.Errorf("reading GpuClaim %s/%s: %w", pod.Namespace, name, err)), metrics.ReasonAPI
 	}
 	key := claimKey(pod.Namespace, name)
 	if claim.DeletionTimestamp != nil {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GpuClaim %s is being deleted", key))
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GpuClaim %s is being deleted", key)), metrics.ReasonClaimNotFound
 	}
 	req, err := requestFor(claim)
 	if err != nil {
 		msg := fmt.Sprintf("GpuClaim %s is invalid: %v", key, err)
 		p.status.failed(claim, pod, msg)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), metrics.ReasonInvalidClaim
 	}
 	if holder, ok := p.claimHolder(claim); ok && holder.UID != pod.UID {
 		msg := fmt.Sprintf("GpuClaim %s is held by pod %s/%s; one claim serves one pod at a time", key, pod.Namespace, holder.Name)
 		p.status.pending(claim, pod, msg)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), metrics.ReasonClaimInUse
 	}
 	// An entry of the pod's scheduling map pins it to one node and exact GPUs.
 	pn, err := pinOf(pod)
@@ -99,7 +103,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			// Kept for preemption's dry run, whose Filter calls must refuse every node: a gang
 			// does not evict pods for one of its members.
 			cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, gang: gangKey(claim), gangHeld: st.Message(), results: newNodeResults()})
-			return nil, st
+			return nil, st, metrics.ReasonGangIncomplete
 		}
 	}
 
@@ -143,10 +147,10 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if len(chosen) == 0 {
 		msg := p.noNodeMessage(key, &req, stale)
 		p.status.pending(claim, pod, msg)
-		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg), metrics.ReasonNoFit
 	}
 	logger.V(5).Info("GPU candidates", "pod", klog.KObj(pod), "claim", key, "nodes", len(chosen))
-	return &fwk.PreFilterResult{NodeNames: sets.New(chosen...)}, nil
+	return &fwk.PreFilterResult{NodeNames: sets.New(chosen...)}, nil, ""
 }
 
 // preFilterPinned offers a pod covered by its scheduling map exactly the entry's node, after

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
 // Reserve records the chosen GPUs in the in-memory ledger, atomically with a last check
@@ -56,6 +58,10 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		}
 	}
 	s.leases = nil
+	if !s.waitStart.IsZero() {
+		metrics.GangWait.WithLabelValues("rejected").Observe(p.clock.Since(s.waitStart).Seconds())
+		s.waitStart = time.Time{}
+	}
 	p.ledger.unreserve(pod.UID, s.key)
 	s.node, s.ids = "", nil
 	if s.gang != "" {

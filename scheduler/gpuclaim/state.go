@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -47,11 +48,13 @@ type stateData struct {
 	// node as if they held no GPUs. Nil outside preemption.
 	removed map[string][]types.UID
 
-	// Written by Reserve and PreBind (one pod, one goroutine at a time).
-	node    string
-	ids     []int
-	leases  []string
-	islands int
+	// Written by Reserve, Permit and PreBind (one pod, one goroutine at a time). waitStart is
+	// when a gang member began to wait in Permit; zero when it did not wait.
+	waitStart time.Time
+	node      string
+	ids       []int
+	leases    []string
+	islands   int
 }
 
 // nodeResults are Filter's placements by node, behind a lock (Filter runs in parallel).

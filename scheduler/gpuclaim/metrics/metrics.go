@@ -3,6 +3,7 @@
 package metrics
 
 import (
+	"sort"
 	"sync"
 
 	"k8s.io/component-base/metrics"
@@ -47,6 +48,42 @@ var (
 		Help:           "Pods given more than one GPU, all in one island.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	// Placements counts the outcomes of the plugin's scheduling attempts: result bound (reason
+	// allocated), unschedulable (with the reason the pod waits) or error (API failures, lost
+	// lease races). Reasons are a short fixed set (Reason* constants), never free text.
+	Placements = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "placements_total",
+		Help:           "Scheduling attempts of GPU pods, by result (bound, unschedulable, error) and reason.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result", "reason"})
+	// AllocationDuration is the end-to-end latency an operator feels: from the pod's creation
+	// to its GPUs locked and the pod bound (queueing, gang waits and retries included).
+	AllocationDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem:      subsystem,
+		Name:           "allocation_duration_seconds",
+		Help:           "Time from a GPU pod's creation to its binding with GPUs allocated.",
+		Buckets:        metrics.ExponentialBuckets(0.01, 2, 16),
+		StabilityLevel: metrics.ALPHA,
+	})
+	// GangWait is how long a placed gang member held its GPUs in Permit waiting for the rest
+	// of its gang: allowed when the gang completed, rejected when it timed out or a mate failed.
+	GangWait = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Subsystem:      subsystem,
+		Name:           "gang_wait_duration_seconds",
+		Help:           "Time a placed gang member waited in Permit for its gang, by result (allowed, rejected).",
+		Buckets:        metrics.ExponentialBuckets(0.01, 2, 17),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	// StaleLeases is what the last orphan sweep found: GPU leases past their grace period
+	// whose holder pods are gone. They are released as found; a value that stays above 0
+	// means releasing them fails.
+	StaleLeases = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      subsystem,
+		Name:           "stale_leases",
+		Help:           "GPU leases whose holder pod is gone, found by the last orphan sweep (released as found).",
+		StabilityLevel: metrics.ALPHA,
+	})
 	// LeasesReleased counts leases freed because their pod went away or finished.
 	LeasesReleased = metrics.NewCounter(&metrics.CounterOpts{
 		Subsystem:      subsystem,
@@ -56,11 +93,141 @@ var (
 	})
 )
 
+// Placement results.
+const (
+	ResultBound         = "bound"
+	ResultUnschedulable = "unschedulable"
+	ResultError         = "error"
+)
+
+// Placement reasons.
+const (
+	ReasonAllocated = "allocated"
+	// ReasonInvalidPod: the pod's own annotations are wrong (empty claim name, bad strategy).
+	ReasonInvalidPod = "invalid_pod"
+	// ReasonClaimNotFound: the claim is missing, not yet made from its template, not the
+	// pod's, or being deleted.
+	ReasonClaimNotFound = "claim_not_found"
+	ReasonInvalidClaim  = "invalid_claim"
+	ReasonClaimInUse    = "claim_in_use"
+	// ReasonGangIncomplete: the gang lacks claims or pods, or room for all its members.
+	ReasonGangIncomplete = "gang_incomplete"
+	// ReasonNoFit: no node has the GPUs free (or fresh status) for the claim.
+	ReasonNoFit = "no_fit"
+	// ReasonFiltered: nodes had the GPUs but another filter (taint, selector) refused them.
+	ReasonFiltered      = "filtered"
+	ReasonLeaseConflict = "lease_conflict"
+	ReasonAPI           = "api_error"
+)
+
+// reasons are the label pairs placements_total starts with at 0, so that rates and alerts
+// over them exist before the first event.
+var reasons = [][2]string{
+	{ResultBound, ReasonAllocated},
+	{ResultUnschedulable, ReasonInvalidPod}, {ResultUnschedulable, ReasonClaimNotFound},
+	{ResultUnschedulable, ReasonInvalidClaim}, {ResultUnschedulable, ReasonClaimInUse},
+	{ResultUnschedulable, ReasonGangIncomplete}, {ResultUnschedulable, ReasonNoFit},
+	{ResultUnschedulable, ReasonFiltered},
+	{ResultError, ReasonLeaseConflict}, {ResultError, ReasonAPI},
+}
+
+// GPUCount is one gauge sample of gpu_scheduler_gpus.
+type GPUCount struct {
+	Model, State string
+	Count        int
+}
+
+// GPU states of gpu_scheduler_gpus.
+const (
+	StateFree      = "free"
+	StateAllocated = "allocated"
+	StateUnhealthy = "unhealthy"
+)
+
+var (
+	fleetMu       sync.Mutex
+	fleetSource   func() []GPUCount
+	pendingSource func() (count int, oldestSeconds float64)
+)
+
+// SetFleetSource names what the gpu_scheduler_gpus gauge reads at each scrape (the plugin's
+// ledger). The last plugin set wins; nil turns the gauge off.
+func SetFleetSource(f func() []GPUCount) {
+	fleetMu.Lock()
+	defer fleetMu.Unlock()
+	fleetSource = f
+}
+
+// SetPendingSource names what the pending-claims gauges read at each scrape: how many GPU
+// pods the plugin turned away are still waiting, and how long the oldest has existed.
+func SetPendingSource(f func() (int, float64)) {
+	fleetMu.Lock()
+	defer fleetMu.Unlock()
+	pendingSource = f
+}
+
+var gpusDesc = metrics.NewDesc("gpu_scheduler_gpus",
+	"GPUs the scheduler sees, by model (the agent's product name) and state: free (healthy, unheld), allocated (held by a pod), unhealthy (not Healthy).",
+	[]string{"model", "state"}, nil, metrics.ALPHA, "")
+
+var (
+	pendingDesc = metrics.NewDesc("gpu_scheduler_pending_claims",
+		"GPU pods (one claim each) the scheduler turned away that still wait for GPUs.",
+		nil, nil, metrics.ALPHA, "")
+	pendingAgeDesc = metrics.NewDesc("gpu_scheduler_pending_claims_max_age_seconds",
+		"Age of the oldest GPU pod that still waits for GPUs; 0 when none waits.",
+		nil, nil, metrics.ALPHA, "")
+)
+
+// fleetCollector computes gpu_scheduler_gpus and the pending-claims gauges at scrape time
+// from the plugin's state, so they are never stale and cost nothing between scrapes.
+type fleetCollector struct{ metrics.BaseStableCollector }
+
+func (*fleetCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- gpusDesc
+	ch <- pendingDesc
+	ch <- pendingAgeDesc
+}
+
+func (*fleetCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	fleetMu.Lock()
+	f, pending := fleetSource, pendingSource
+	fleetMu.Unlock()
+	if pending != nil {
+		n, age := pending()
+		ch <- metrics.NewLazyConstMetric(pendingDesc, metrics.GaugeValue, float64(n))
+		ch <- metrics.NewLazyConstMetric(pendingAgeDesc, metrics.GaugeValue, age)
+	}
+	if f == nil {
+		return
+	}
+	counts := f()
+	sort.Slice(counts, func(i, j int) bool {
+		if counts[i].Model != counts[j].Model {
+			return counts[i].Model < counts[j].Model
+		}
+		return counts[i].State < counts[j].State
+	})
+	for _, c := range counts {
+		ch <- metrics.NewLazyConstMetric(gpusDesc, metrics.GaugeValue, float64(c.Count), c.Model, c.State)
+	}
+}
+
 var once sync.Once
 
 // Register registers the metrics with the legacy registry the scheduler serves on /metrics.
 func Register() {
 	once.Do(func() {
-		legacyregistry.MustRegister(Allocations, LeaseConflicts, AllocationLatency, MultiGPUAllocations, IslandLocalAllocations, LeasesReleased)
+		legacyregistry.MustRegister(Allocations, LeaseConflicts, AllocationLatency, MultiGPUAllocations, IslandLocalAllocations, LeasesReleased,
+			Placements, AllocationDuration, GangWait, StaleLeases)
+		legacyregistry.CustomMustRegister(&fleetCollector{})
+		for _, r := range reasons {
+			Placements.WithLabelValues(r[0], r[1])
+		}
+		GangWait.WithLabelValues("allowed")
+		GangWait.WithLabelValues("rejected")
 	})
 }
+
+// Placement counts one attempt's outcome.
+func Placement(result, reason string) { Placements.WithLabelValues(result, reason).Inc() }

@@ -1,0 +1,55 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/component-base/metrics/testutil"
+)
+
+func TestGPUsGauge(t *testing.T) {
+	SetFleetSource(func() []GPUCount {
+		return []GPUCount{{Model: "H100", State: StateFree, Count: 5}, {Model: "A100", State: StateAllocated, Count: 2}}
+	})
+	defer SetFleetSource(nil)
+	if err := testutil.CustomCollectAndCompare(&fleetCollector{}, strings.NewReader(`
+# HELP gpu_scheduler_gpus [ALPHA] GPUs the scheduler sees, by model (the agent's product name) and state: free (healthy, unheld), allocated (held by a pod), unhealthy (not Healthy).
+# TYPE gpu_scheduler_gpus gauge
+gpu_scheduler_gpus{model="A100",state="allocated"} 2
+gpu_scheduler_gpus{model="H100",state="free"} 5
+`), "gpu_scheduler_gpus"); err != nil {
+		t.Error(err)
+	}
+	SetFleetSource(nil)
+	if err := testutil.CustomCollectAndCompare(&fleetCollector{}, strings.NewReader(""), "gpu_scheduler_gpus"); err != nil {
+		t.Errorf("without a source: %v", err)
+	}
+}
+
+func TestPlacementsStartAtZero(t *testing.T) {
+	Register()
+	for _, r := range reasons {
+		if v, err := testutil.GetCounterMetricValue(Placements.WithLabelValues(r[0], r[1])); err != nil || v != 0 {
+			t.Errorf("placements_total{%s,%s} = %v, %v; want 0 before any attempt", r[0], r[1], v, err)
+		}
+	}
+	Placement(ResultUnschedulable, ReasonNoFit)
+	if v, _ := testutil.GetCounterMetricValue(Placements.WithLabelValues(ResultUnschedulable, ReasonNoFit)); v != 1 {
+		t.Errorf("after one no_fit: %v", v)
+	}
+}
+
+func TestPendingGauges(t *testing.T) {
+	SetPendingSource(func() (int, float64) { return 3, 420 })
+	defer SetPendingSource(nil)
+	if err := testutil.CustomCollectAndCompare(&fleetCollector{}, strings.NewReader(`
+# HELP gpu_scheduler_pending_claims [ALPHA] GPU pods (one claim each) the scheduler turned away that still wait for GPUs.
+# TYPE gpu_scheduler_pending_claims gauge
+gpu_scheduler_pending_claims 3
+# HELP gpu_scheduler_pending_claims_max_age_seconds [ALPHA] Age of the oldest GPU pod that still waits for GPUs; 0 when none waits.
+# TYPE gpu_scheduler_pending_claims_max_age_seconds gauge
+gpu_scheduler_pending_claims_max_age_seconds 420
+`), "gpu_scheduler_pending_claims", "gpu_scheduler_pending_claims_max_age_seconds"); err != nil {
+		t.Error(err)
+	}
+}
