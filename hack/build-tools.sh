@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real control-plane parts that sim/cluster runs — kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl and helm — from the Go
-# module proxy into _output/bin. Prebuilt downloads do not work on our machines, so everything is
+# kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl and helm — and
+# Prometheus's promtool (with promql-metrics, our lister of the metrics rules and dashboards read)
+# from the Go module proxy into _output/bin. Prebuilt downloads do not work on our machines, so everything is
 # compiled. A stamp file keyed on the pinned versions (and the go.mod/go.sum that pin them) makes a
 # second run a no-op; change a version below or in a tools go.mod and the next run rebuilds.
 #
@@ -62,11 +63,37 @@ HELM_VERSION=v3.22.0
 TOOLS_STAMP_VERSION=2
 
 bin="$root/_output/bin"
+
+# Prometheus's tools come from their own module (hack/tools/prometheus pins the version) with their
+# own stamp, so adding or bumping them rebuilds nothing else, and the Kubernetes pins below never
+# rebuild them.
+build_prometheus_tools() {
+	local pstamp="$bin/.prometheus-tools.stamp" pwant t=$SECONDS
+	pwant=$(
+		echo "go=$(go env GOVERSION)"
+		cat hack/tools/prometheus/go.mod hack/tools/prometheus/go.sum hack/tools/prometheus/promql-metrics/*.go | sha256sum
+	)
+	if [ -z "${FORCE:-}" ] && [ -x "$bin/promtool" ] && [ -x "$bin/promql-metrics" ] && [ -f "$pstamp" ] && [ "$(cat "$pstamp")" = "$pwant" ]; then
+		echo "tools: promtool and promql-metrics up to date in _output/bin ($(grep -o 'prometheus/prometheus v[0-9.]*' hack/tools/prometheus/go.mod))"
+		return 0
+	fi
+	rm -f "$pstamp"
+	preflight
+	if ! (cd hack/tools/prometheus && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/" \
+		github.com/prometheus/prometheus/cmd/promtool ./promql-metrics); then
+		echo "tools: building promtool and promql-metrics failed" >&2
+		exit 1
+	fi
+	echo "$pwant" >"$pstamp"
+	echo "tools: promtool and promql-metrics built in $((SECONDS - t))s"
+}
+mkdir -p "$bin"
+build_prometheus_tools
+
 # A new name for the new key: checkouts still on the old script keep reading the old stamp file,
 # so neither rebuilds the shared _output/bin for the other.
 stamp="$bin/.control-plane-tools.v2.stamp"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl helm)
-mkdir -p "$bin"
 
 # Without the version ldflags the binaries call themselves v0.0.0-master, and tools that read
 # --version (kwokctl, kubectl version skew checks) pick the wrong behaviour.

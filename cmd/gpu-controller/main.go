@@ -7,6 +7,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -108,6 +109,9 @@ func run() error {
 			SecureServing:  true,
 			CertDir:        o.metricsCertDir,
 			FilterProvider: filters.WithAuthenticationAndAuthorization,
+			// HTTP/1.1 only: scrapers need nothing more, and HTTP/2's stream handling has been the
+			// way to exhaust servers (CVE-2023-44487) before any authentication runs.
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 		},
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
