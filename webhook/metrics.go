@@ -25,12 +25,12 @@ const (
 // serverMetrics are the webhook's own metrics, in a registry per Server so that several servers
 // (tests, an in-process integration run) never share or double-register collectors.
 type serverMetrics struct {
-	registry  metrics.KubeRegistry
+	registry   metrics.KubeRegistry
 	requests   *metrics.CounterVec
 	admissions *metrics.CounterVec
-	mutations *metrics.CounterVec
-	denials   *metrics.CounterVec
-	latency   *metrics.HistogramVec
+	mutations  *metrics.CounterVec
+	denials    *metrics.CounterVec
+	latency    *metrics.HistogramVec
 }
 
 func newServerMetrics() *serverMetrics {
