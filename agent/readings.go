@@ -81,7 +81,7 @@ func (a *Agent) exportTelemetry() {
 		x := a.xids[d.Index]
 		gpus = append(gpus, telemetry.GPU{
 			Index: d.Index, UUID: d.UUID, PCIBusID: d.PCIBusID, Model: d.Product,
-			Telemetry: t, Xids: x.count, LastXid: x.last,
+			Telemetry: t, LastXid: x.last,
 		})
 	}
 	c.Set(a.cfg.NodeName, gpus)

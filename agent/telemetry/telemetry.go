@@ -28,8 +28,8 @@ type GPU struct {
 	PCIBusID string
 	Model    string
 	gpu.Telemetry
-	// Xids counts the Xid errors the agent has seen on the GPU; LastXid is the last one's code.
-	Xids, LastXid int64
+	// LastXid is the code of the last Xid error the agent has seen on the GPU.
+	LastXid int64
 }
 
 // Labels of every series, as dcgm-exporter sets them.
@@ -40,7 +40,8 @@ func desc(name, help string) *metrics.Desc {
 }
 
 // The series, by dcgm-exporter's field names. XID_ERRORS is, as in dcgm-exporter, the last Xid
-// code (a gauge); the agent's own gpu_agent_xid_errors_total counts them.
+// code (a gauge); the agent's own gpu_scheduler_agent_xid_errors_total{node,gpu,xid} counts them
+// (package agent/metrics).
 var (
 	gpuUtil    = desc("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).")
 	memUtil    = desc("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).")
@@ -49,10 +50,9 @@ var (
 	gpuTemp    = desc("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).")
 	power      = desc("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).")
 	lastXid    = desc("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.")
-	xidTotal   = desc("gpu_agent_xid_errors_total", "Xid errors the agent has seen on the GPU since it started.")
 	eccSBE     = desc("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.")
 	eccDBE     = desc("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.")
-	everyDescs = []*metrics.Desc{gpuUtil, memUtil, fbUsed, fbFree, gpuTemp, power, lastXid, xidTotal, eccSBE, eccDBE}
+	everyDescs = []*metrics.Desc{gpuUtil, memUtil, fbUsed, fbFree, gpuTemp, power, lastXid, eccSBE, eccDBE}
 )
 
 // Collector holds the latest readings of the GPUs of one or more nodes.
@@ -120,7 +120,6 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 				gauge(power, float64(*t.PowerMilliwatts)/1000)
 			}
 			gauge(lastXid, float64(g.LastXid))
-			counter(xidTotal, float64(g.Xids))
 			if t.ECCCorrected != nil {
 				counter(eccSBE, float64(*t.ECCCorrected))
 			}

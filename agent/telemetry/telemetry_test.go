@@ -24,7 +24,7 @@ func TestCollector(t *testing.T) {
 			UtilizationPercent: p(37), MemoryUtilizationPercent: p(12), MemoryUsedMiB: p(int64(1000)),
 			MemoryTotalMiB: p(int64(23034)), TemperatureCelsius: p(61), PowerMilliwatts: p(int64(72500)),
 		},
-		Xids: 2, LastXid: 31,
+		LastXid: 31,
 	}})
 	c.Forget("node-b")
 	l := `{Hostname="node-a",UUID="GPU-a1",device="nvidia1",gpu="1",modelName="NVIDIA L4",pci_bus_id="00000000:02:00.0"}`
@@ -50,9 +50,6 @@ DCGM_FI_DEV_POWER_USAGE` + l + ` 72.5
 # HELP DCGM_FI_DEV_XID_ERRORS [ALPHA] Value of the last XID error encountered.
 # TYPE DCGM_FI_DEV_XID_ERRORS gauge
 DCGM_FI_DEV_XID_ERRORS` + l + ` 31
-# HELP gpu_agent_xid_errors_total [ALPHA] Xid errors the agent has seen on the GPU since it started.
-# TYPE gpu_agent_xid_errors_total counter
-gpu_agent_xid_errors_total` + l + ` 2
 `
 	// dcgm-exporter's label names are camelCase, which component-base's own comparison
 	// refuses as lint; Prometheus' comparison checks the text alone.
