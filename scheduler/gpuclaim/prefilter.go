@@ -93,7 +93,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 	if err != nil {
 		p.status.pending(claim, pod, err.Error())
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error()), metrics.ReasonInvalidPod
 	}
 
 	oldest := p.clock.Now().Add(-p.freshness)
@@ -108,7 +108,13 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 
 	if pn != nil {
-		return p.preFilterPinned(cs, pod, claim, key, req, pn, oldest)
+		// A pinned pod waits only for its entry's node and GPUs.
+		res, st := p.preFilterPinned(cs, pod, claim, key, req, pn, oldest)
+		reason := metrics.ReasonNoFit
+		if st.Code() == fwk.Error {
+			reason = metrics.ReasonAPI
+		}
+		return res, st, reason
 	}
 
 	tier := p.relaxed.tier(pod.UID)

@@ -103,7 +103,8 @@ const (
 // Placement reasons.
 const (
 	ReasonAllocated = "allocated"
-	// ReasonInvalidPod: the pod's own annotations are wrong (empty claim name, bad strategy).
+	// ReasonInvalidPod: the pod's own annotations are wrong (empty claim name, bad strategy, a bad
+	// gpu-scheduling-map entry).
 	ReasonInvalidPod = "invalid_pod"
 	// ReasonClaimNotFound: the claim is missing, not yet made from its template, not the
 	// pod's, or being deleted.
