@@ -346,6 +346,9 @@ func startWebhook(t *testing.T, ctx context.Context, e *installEnv, certDir stri
 		}
 		args = append(args, a)
 	}
+	// In the cluster the webhook's API access is its pod's ServiceAccount; here a token of it.
+	_, kubeconfig := tokenConfig(t, ctx, e, webhookSA, nil)
+	args = append(args, "--kubeconfig="+kubeconfig)
 	p, err := e.c.StartProcess("gpu-webhook-"+strconv.Itoa(port), bin, args, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +366,41 @@ func startWebhook(t *testing.T, ctx context.Context, e *installEnv, certDir stri
 	if err != nil {
 		t.Fatalf("gpu-webhook %v did not become ready: %v\n%s", args, err, p.LogTail(30))
 	}
+	checkMetricsAuth(t, ctx, e, "gpu-webhook", "https://"+addr+"/metrics")
 	return addr
+}
+
+// checkMetricsAuth scrapes a component's /metrics as Prometheus would, with a token bound to the
+// chart's metrics-reader role: the component, running with its chart ServiceAccount, must be
+// allowed to ask the apiserver (TokenReview, SubjectAccessReview) and answer 200, and refuse a
+// scrape without a token.
+func checkMetricsAuth(t *testing.T, ctx context.Context, e *installEnv, component, url string) {
+	t.Helper()
+	token, err := launch.MetricsReaderToken(ctx, e.kube, releaseNamespace, "metrics-reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		code int
+		body []byte
+		last string
+	)
+	// The process may still be starting: wait until it answers at all.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		code, body, err = launch.Scrape(ctx, url, "")
+		return err == nil, nil
+	})
+	if err != nil || code != http.StatusUnauthorized {
+		t.Errorf("%s: GET %s without a token: %d %v, want 401\n%.300s", component, url, code, err, body)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		code, body, err := launch.Scrape(ctx, url, token)
+		last = fmt.Sprintf("%d %v %.300s", code, err, body)
+		return err == nil && code == http.StatusOK && strings.Contains(string(body), "gpu_scheduler_"), nil
+	})
+	if err != nil {
+		t.Errorf("%s: GET %s with a metrics-reader token: %s", component, url, last)
+	}
 }
 
 // access is one question to the authorizer: may this ServiceAccount do that?
@@ -825,11 +862,18 @@ func startAgent(t *testing.T, ctx context.Context, e *installEnv, kubeconfig str
 	if err != nil {
 		t.Fatal(err)
 	}
+	metricsPort, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"--kubeconfig=" + kubeconfig}
 	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
 		a = strings.ReplaceAll(a, "$(NODE_NAME)", e.gpuNode)
 		if strings.HasPrefix(a, "--listen-address=") {
 			a = "--listen-address=127.0.0.1:" + strconv.Itoa(port)
+		}
+		if strings.HasPrefix(a, "--metrics-bind-address=") {
+			a = "--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort)
 		}
 		args = append(args, a)
 	}
@@ -838,6 +882,7 @@ func startAgent(t *testing.T, ctx context.Context, e *installEnv, kubeconfig str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
+	checkMetricsAuth(t, ctx, e, "gpu-agent", "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics")
 	return p
 }
 
