@@ -147,5 +147,5 @@ func (o options) kindConfig() []byte {
 
 // fleetArgs runs the agent over mock NVML for every worker, against the cluster's leases.
 func (o options) fleetArgs(kubeconfig string) []string {
-	return []string{"--fleet", "--kubeconfig", kubeconfig, "--lease-namespace", o.Namespace, "--listen-address", "127.0.0.1:0"}
+	return []string{"--fleet", "--kubeconfig", kubeconfig, "--lease-namespace", o.Namespace, "--listen-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"}
 }
