@@ -211,7 +211,7 @@ th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-we
 <h1>Scenario {{.R.Scenario}}</h1>
 <p>{{.R.Description}}</p>
 <p class="note">{{.R.File}}: {{.R.Nodes}} nodes, {{.R.GPUs}} GPUs, {{.R.Pods}} pods asking for {{.R.Workload.GPUs}} GPUs, seed {{.R.Seed}}. Started {{.R.Started.Format "2006-01-02 15:04:05"}}, wall time {{.Wall}}.</p>
-{{if .R.Checks}}<h2>Expectations (gpu-scheduler run)</h2><table><tr><th>check</th><th>want</th><th>got</th><th></th></tr>
+{{if .R.Checks}}<h2>Expectations (gpu-scheduler run; for stock + DRA, its own reading)</h2><table><tr><th>check</th><th>want</th><th>got</th><th></th></tr>
 {{range .R.Checks}}<tr><td>{{.Name}}</td><td>{{.Want}}</td><td>{{.Got}}</td><td class="{{if .Pass}}pass{{else}}fail{{end}}">{{if .Pass}}PASS{{else}}FAIL{{end}}</td></tr>{{end}}</table>{{end}}
 <h2>gpu-scheduler vs the stock kube-scheduler</h2>
 <table><tr><th></th>{{range .R.Runs}}<th>{{title .Mode}}</th>{{end}}</tr>

@@ -74,6 +74,12 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 			r.Ratios["throughputDRA"] = ours.Metrics.Throughput / withDRA.Metrics.Throughput
 		}
 	}
+	if withDRA != nil && withDRA.Metrics.Bound > 0 {
+		// The DRA run's placement and safety figures stand on the IDs read from the claims.
+		n := withDRA.Metrics.Bound - withDRA.DRAPodsWithoutIDs
+		r.Checks = append(r.Checks, Check{Name: "stock + DRA: bound pods whose GPUs were read from their ResourceClaim",
+			Want: fmt.Sprintf("all %d", withDRA.Metrics.Bound), Got: fmt.Sprint(n), Pass: withDRA.DRAPodsWithoutIDs == 0})
+	}
 	if ours == nil {
 		return r
 	}
@@ -325,7 +331,7 @@ func (r *Report) Table(w io.Writer) {
 		}
 	}
 	if len(r.Checks) > 0 {
-		fmt.Fprintln(w, "expectations (gpu-scheduler run):")
+		fmt.Fprintln(w, "expectations (gpu-scheduler run, and the DRA run's own reading):")
 		for _, c := range r.Checks {
 			mark := "PASS"
 			if !c.Pass {

@@ -57,6 +57,7 @@ func TestTableThreeWay(t *testing.T) {
 	}
 	withDRA := run(runner.ModeDRA, 5)
 	withDRA.Notes = []string{"DRA cannot express: gangs (2 pods in 1 gangs)"}
+	withDRA.DRAPodsWithoutIDs = 2
 	var b bytes.Buffer
 	Build(s, "three.yaml", []*runner.RunResult{run(runner.ModeGPU, 20), run(runner.ModeStock, 10), withDRA}, time.Unix(0, 0), time.Minute).Table(&b)
 	out := b.String()
@@ -65,6 +66,7 @@ func TestTableThreeWay(t *testing.T) {
 		"throughput gpu-scheduler / stock + DRA: 4.00x",
 		"note (kube-scheduler-dra): DRA cannot express: gangs",
 		"note: The stock + DRA run:",
+		"FAIL  stock + DRA: bound pods whose GPUs were read from their ResourceClaim: want all 10, got 8",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)

@@ -161,6 +161,9 @@ type RunResult struct {
 	// Unschedulable groups the last scheduler messages of pods never bound.
 	Unschedulable map[string]int `json:"unschedulable,omitempty"`
 	Notes         []string       `json:"notes,omitempty"`
+	// DRAPodsWithoutIDs counts, in the DRA run, bound pods whose GPU IDs were not found in an
+	// allocated ResourceClaim of theirs: the figures of that run stand on those IDs.
+	DRAPodsWithoutIDs int `json:"draPodsWithoutIDs,omitempty"`
 	// Fill holds the allocation figures of a fill run (workload.traceFile.fill).
 	Fill *metrics.Fill `json:"fill,omitempty"`
 	Pods []metrics.Pod `json:"-"`
@@ -457,6 +460,9 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		made, late := rec.claimsSeen.Len(), rec.claimsAfterEnd
 		preferred, fellBack := 0, 0
 		for _, p := range plan {
+			if r := rec.pods[p.Name]; r != nil && r.boundOK && len(r.ids) == 0 {
+				res.DRAPodsWithoutIDs++
+			}
 			if shapeOf(p.Claim).mode != gpuv1.TopologyPreferred {
 				continue
 			}
