@@ -80,10 +80,16 @@ func startGPUStack(ctx context.Context, c *cluster.Cluster, dir string, nodes in
 		return err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
+	metricsPort, err := cluster.FreePort()
+	if err != nil {
+		return err
+	}
 	// Short probe and recovery periods, so that a fault injected by hand shows in seconds.
 	fleet, err := c.StartProcess("gpu-agent-fleet", bin, []string{
 		"--fleet", "--kubeconfig=" + c.Kubeconfig(), "--lease-namespace=" + devNamespace, "--listen-address=" + addr,
 		"--probe-interval=2s", "--recovery-quiet-period=20s", "--kube-api-qps=200", "--kube-api-burst=400",
+		// Its HTTPS /metrics on loopback too, never the default :8443 of every interface.
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort),
 	}, nil)
 	if err != nil {
 		return err
