@@ -39,7 +39,7 @@ unit:
 .PHONY: test
 test: verify unit test-chart test-integration test-acceptance test-sim test-dev
 
-## tools: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl, helm into _output/bin (only when a pin changed)
+## tools: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl, helm, promtool and promql-metrics into _output/bin (only when a pin changed)
 .PHONY: tools
 tools:
 	bash hack/build-tools.sh
