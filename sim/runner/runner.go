@@ -477,7 +477,7 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		if preferred > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("%d of %d bound pods with topology Preferred were allocated by the prioritized list's fallback (any GPUs), not in one island", fellBack, preferred))
 		}
-		res.Notes = append(res.Notes, fmt.Sprintf("kube-controller-manager made %d ResourceClaims for the %d pods created; %d of them for pods that had already finished (their claim is deleted when they finish, and made anew from the template on a later update of the pod)", made, pl.created.Load(), late))
+		res.Notes = append(res.Notes, fmt.Sprintf("kube-controller-manager made %d ResourceClaims for the %d pods created; %d of them for pods that had already finished (a finished pod's claim is deleted, and the delete brings the pod back to the resource-claim controller, which makes the claim anew from the template)", made, pl.created.Load(), late))
 	}
 	res.CreateErrors = pl.createErrors.Load()
 	if res.CreateErrors > 0 {
