@@ -471,9 +471,14 @@ func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
 			devices = append(devices, dev)
 		}
 	} else if last := a.writer.Last(); last != nil {
-		// NVML never worked in this process: keep the GPUs the last status knew.
+		// NVML never worked in this process: keep the GPUs the last status knew, but not
+		// their readings, which nobody can vouch for now.
 		for _, d := range last.Status.Devices {
-			devices = append(devices, *d.DeepCopy())
+			devices = append(devices, apiv1.Device{
+				ID: d.ID, UUID: d.UUID, Product: d.Product, MemoryMiB: d.MemoryMiB,
+				PCIBusID: d.PCIBusID, Island: d.Island, BandwidthGBps: d.BandwidthGBps,
+				Health: d.Health, Reason: d.Reason,
+			})
 		}
 	}
 	message := ""

@@ -322,7 +322,7 @@ func TestNVMLInitFailureFencesAndRetries(t *testing.T) {
 	prev := &apiv1.GpuNodeStatus{
 		ObjectMeta: metav1.ObjectMeta{Name: node},
 		Status: apiv1.GpuNodeStatusStatus{Total: 2, Healthy: 2, Free: 2, Devices: []apiv1.Device{
-			{ID: 0, Health: apiv1.Healthy, Island: "nvlink-group-0", BandwidthGBps: 900},
+			{ID: 0, Health: apiv1.Healthy, Island: "nvlink-group-0", BandwidthGBps: 900, UtilizationPercent: ptr.To[int32](70), PowerWatts: ptr.To[int32](500)},
 			{ID: 1, Health: apiv1.Healthy, Island: "nvlink-group-0", BandwidthGBps: 900},
 		}},
 	}
@@ -331,6 +331,9 @@ func TestNVMLInitFailureFencesAndRetries(t *testing.T) {
 	for _, d := range st.Status.Devices {
 		if d.Health != apiv1.Unknown || d.BandwidthGBps != 0 {
 			t.Errorf("GPU %d while NVML fails: %+v", d.ID, d)
+		}
+		if d.UtilizationPercent != nil || d.PowerWatts != nil {
+			t.Errorf("GPU %d keeps the readings of before NVML failed: %+v", d.ID, d)
 		}
 	}
 	if st.Status.Healthy != 0 || st.Status.Free != 0 || !strings.Contains(st.Status.Message, "NVML") {
