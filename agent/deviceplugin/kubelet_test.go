@@ -71,9 +71,17 @@ const (
 	resName  = deviceplugin.DefaultResourceName
 )
 
+// fataler is what the node harness needs of a test: a *testing.T in the Go tests, a godog
+// step's T in the node.feature scenarios (node_feature_test.go).
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // node is one node: the pods bound to it, the kubelet's device manager and our plugin.
 type node struct {
-	t       *testing.T
+	t       fataler
 	pods    cache.Indexer
 	mu      sync.Mutex
 	active  map[types.UID]*corev1.Pod
@@ -85,6 +93,12 @@ type node struct {
 }
 
 func newNode(t *testing.T) *node {
+	t.Helper()
+	return newNodeWith(t, t.Cleanup)
+}
+
+// newNodeWith starts a node whose failures go to t; cleanup registers its teardown.
+func newNodeWith(t fataler, cleanup func(func())) *node {
 	t.Helper()
 	srv, err := mock.New("dgx-a100", mock.WithSeed(nodeName))
 	if err != nil {
@@ -108,7 +122,7 @@ func newNode(t *testing.T) *node {
 	}
 	n.startKubelet()
 	n.startPlugin()
-	t.Cleanup(func() {
+	cleanup(func() {
 		n.stopPlugin()
 		_ = n.mgr.Stop(klog.Background())
 	})
@@ -308,38 +322,49 @@ func (n *node) mustGet(pod *corev1.Pod, want []int) {
 // own pod's GPUs.
 func TestTwoPodsAtOnceNeverSwap(t *testing.T) {
 	n := newNode(t)
+	if swaps, containers := n.twoPodsAtOnce(1000, 0); swaps != 0 {
+		t.Fatalf("%d of %d containers got GPUs other than the scheduler's", swaps, containers)
+	}
+}
+
+// twoPodsAtOnce plays rounds in which two pods of up to count GPUs each (0: 1 to 4) are bound
+// before the kubelet admits either, with random scheduler choices, and counts the containers
+// handed GPUs other than their pod's.
+func (n *node) twoPodsAtOnce(rounds, count int) (swaps, containers int) {
+	n.t.Helper()
 	rng := rand.New(rand.NewPCG(17, 1))
 	t0 := time.Now()
-	swaps := 0
-	for i := range 1000 {
-		count := 1 + rng.IntN(4)
+	for i := range rounds {
+		c := count
+		if c == 0 {
+			c = 1 + rng.IntN(4)
+		}
 		perm := rng.Perm(len(n.gpus))
-		a, b := slices.Sorted(slices.Values(perm[:count])), slices.Sorted(slices.Values(perm[count:2*count]))
+		a, b := slices.Sorted(slices.Values(perm[:c])), slices.Sorted(slices.Values(perm[c:2*c]))
 		at := t0.Add(time.Duration(i) * time.Minute)
-		pa := n.bind(count, a, at)
-		pb := n.bind(count, b, at.Add(time.Second))
-		for _, c := range []struct {
+		pa := n.bind(c, a, at)
+		pb := n.bind(c, b, at.Add(time.Second))
+		for _, p := range []struct {
 			pod  *corev1.Pod
 			want []int
 		}{{pa, a}, {pb, b}} {
-			opts, err := n.admit(c.pod)
+			opts, err := n.admit(p.pod)
 			if err != nil {
-				t.Fatalf("round %d: admitting %s: %v", i, c.pod.Name, err)
+				n.t.Fatalf("round %d: admitting %s: %v", i, p.pod.Name, err)
 			}
 			got, err := n.handed(opts)
 			if err != nil {
-				t.Fatalf("round %d: %v", i, err)
+				n.t.Fatalf("round %d: %v", i, err)
 			}
-			if !slices.Equal(got, c.want) || !slices.Equal(n.kubeletIDs(c.pod), c.want) {
+			containers++
+			if !slices.Equal(got, p.want) || !slices.Equal(n.kubeletIDs(p.pod), p.want) {
 				swaps++
 			}
 		}
 		n.finish(pa)
 		n.finish(pb)
 	}
-	if swaps != 0 {
-		t.Fatalf("%d of 2000 containers got GPUs other than the scheduler's", swaps)
-	}
+	return swaps, containers
 }
 
 // TestAgentRestartMidAllocation restarts the plugin between two pods' admissions: the new
