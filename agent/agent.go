@@ -90,6 +90,13 @@ type Config struct {
 	Telemetry *telemetry.Collector
 	// WriteLimiter, when set, caps the status writes of every agent sharing it.
 	WriteLimiter flowcontrol.RateLimiter
+	// SchedulerName is the scheduler of this agent's release: the GpuNodeStatus is labelled
+	// with it (apiv1.LabelSchedulerName) so that only that scheduler places pods on the node.
+	// Default apiv1.SchedulerName.
+	SchedulerName string
+	// TakeoverAfter is how long another release's agent must have stopped heartbeating before
+	// this one takes the node's GpuNodeStatus over (status.Config.TakeoverAfter). Default 10m.
+	TakeoverAfter time.Duration
 	// OnDevices, when set, is given the node's GPUs and their health on every loop (the
 	// kubelet device plugin advertises them); it must not block.
 	OnDevices func([]apiv1.Device)
@@ -186,7 +193,8 @@ func New(cfg Config) (*Agent, error) {
 			Node: cfg.NodeName, GPUClient: cfg.GPUClient, KubeClient: cfg.KubeClient, Clock: cfg.Clock,
 			Heartbeat: cfg.HeartbeatInterval, MinInterval: cfg.MinWriteInterval,
 			UsageInterval: cfg.UsageWriteInterval, TelemetryInterval: telemetryWriteInterval(cfg.TelemetryWritesPerMinute),
-			Limiter: cfg.WriteLimiter,
+			Limiter:       cfg.WriteLimiter,
+			SchedulerName: cfg.SchedulerName, TakeoverAfter: cfg.TakeoverAfter,
 		}),
 		poke:     make(chan struct{}, 1),
 		lost:     map[int]bool{},

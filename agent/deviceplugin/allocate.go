@@ -75,8 +75,8 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		}
 		if match == nil {
 			return nil, fmt.Errorf("allocate %s %s on node %q: no pod bound to this node has %s=%s:%s; "+
-				"the pod's GpuClaim or allocation is gone, or the pod was not scheduled by gpu-scheduler",
-				p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, apiv1.AnnotationAllocated, p.cfg.NodeName, apiv1.FormatIDs(ids))
+				"the pod's GpuClaim or allocation is gone, or the pod was not scheduled by %s",
+				p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, apiv1.AnnotationAllocated, p.cfg.NodeName, apiv1.FormatIDs(ids), p.cfg.SchedulerName)
 		}
 		cresp, err := p.containerResponse(ids, gpus)
 		if err != nil {

@@ -194,13 +194,18 @@ var podSeq int
 // bind makes a pod bound to the node as our scheduler leaves it: the webhook's resource limit on
 // its first container and the scheduler's allocation annotations. ids nil: no allocation.
 func (n *node) bind(count int, ids []int, boundAt time.Time) *corev1.Pod {
+	return n.bindFor(apiv1.SchedulerName, count, ids, boundAt)
+}
+
+// bindFor is bind for a pod whose spec.schedulerName is scheduler.
+func (n *node) bindFor(scheduler string, count int, ids []int, boundAt time.Time) *corev1.Pod {
 	podSeq++
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "team", Name: fmt.Sprintf("pod-%d", podSeq), UID: types.UID(fmt.Sprintf("uid-%d", podSeq)),
 			CreationTimestamp: metav1.NewTime(boundAt.Add(-time.Minute)), Annotations: map[string]string{},
 		},
-		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{NodeName: nodeName, SchedulerName: scheduler, Containers: []corev1.Container{{
 			Name: "main",
 			Resources: corev1.ResourceRequirements{
 				Limits: corev1.ResourceList{resName: *resource.NewQuantity(int64(count), resource.DecimalSI)},
@@ -419,6 +424,22 @@ func TestPodWithoutAllocationRefused(t *testing.T) {
 	// The same pod once the scheduler's allocation is there again is served.
 	pod2 := n.bind(1, []int{3}, time.Now())
 	n.mustGet(pod2, []int{3})
+}
+
+// TestOtherSchedulersPodRefused admits a pod of another release's scheduler that carries an
+// allocation annotation for this node: that scheduler holds no lease on our GPUs, so the pod
+// gets nothing, however exactly its annotation names free GPUs. A pod of ours with the same
+// GPUs is then served.
+func TestOtherSchedulersPodRefused(t *testing.T) {
+	n := newNode(t)
+	foreign := n.bindFor("gpu-canary", 2, []int{0, 1}, time.Now().Add(-time.Minute))
+	if _, err := n.admit(foreign); err == nil {
+		t.Fatalf("pod %s of scheduler gpu-canary was handed GPUs by the %s release's plugin", foreign.Name, apiv1.SchedulerName)
+	} else if !strings.Contains(err.Error(), "not scheduled by "+apiv1.SchedulerName) {
+		t.Fatalf("error does not say why: %v", err)
+	}
+	n.finish(foreign)
+	n.mustGet(n.bind(2, []int{0, 1}, time.Now()), []int{0, 1})
 }
 
 // TestUnhealthyGPU marks a GPU unhealthy: ListAndWatch streams it, the kubelet's allocatable

@@ -24,8 +24,8 @@ type candidate struct {
 	bound time.Time
 }
 
-// candidates lists the live pods bound to this node that carry an allocation for it, bound
-// first first (ties by creation, then name, so the order is stable).
+// candidates lists the live pods of our scheduler bound to this node that carry an allocation
+// for it, bound first first (ties by creation, then name, so the order is stable).
 func (p *Plugin) candidates() ([]candidate, error) {
 	pods, err := p.cfg.Pods.List(labels.Everything())
 	if err != nil {
@@ -33,7 +33,7 @@ func (p *Plugin) candidates() ([]candidate, error) {
 	}
 	var out []candidate
 	for _, pod := range pods {
-		if pod.Spec.NodeName != p.cfg.NodeName || pod.DeletionTimestamp != nil ||
+		if pod.Spec.NodeName != p.cfg.NodeName || pod.Spec.SchedulerName != p.cfg.SchedulerName || pod.DeletionTimestamp != nil ||
 			pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}

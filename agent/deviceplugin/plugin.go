@@ -60,6 +60,12 @@ type Config struct {
 	SocketName string
 	// Pods lists pods; those bound to NodeName are considered (a node-scoped informer suffices).
 	Pods corelisters.PodLister
+	// SchedulerName is the scheduler of this agent's release: only pods with that
+	// spec.schedulerName are handed GPUs. Our scheduler locks a pod's GPUs with its Leases
+	// before it writes the allocation; a pod some other scheduler (or a user with nodeName)
+	// put here carrying an allocation annotation holds no lock, and gets nothing. Default
+	// apiv1.SchedulerName.
+	SchedulerName string
 	// CDIVendorClass is the CDI kind of the devices handed over. Default DefaultCDIKind.
 	CDIKind string
 	// DevRoot is where the device nodes live on the host. Default /dev.
@@ -99,6 +105,9 @@ func New(cfg Config) (*Plugin, error) {
 	}
 	if cfg.ResourceName == "" {
 		cfg.ResourceName = DefaultResourceName
+	}
+	if cfg.SchedulerName == "" {
+		cfg.SchedulerName = apiv1.SchedulerName
 	}
 	if cfg.PluginDir == "" {
 		cfg.PluginDir = pluginapi.DevicePluginPath

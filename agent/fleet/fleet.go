@@ -50,22 +50,26 @@ type Config struct {
 	// WriteQPS and WriteBurst cap the status writes of the whole fleet. Defaults 100 and 200.
 	WriteQPS   float32
 	WriteBurst int
+	// NodeSelector, a label selector (kubectl's syntax), narrows the fleet to some of the
+	// labelled nodes: a release's pool, as a DaemonSet's node selector does for real nodes, or
+	// a test that runs a fleet beside nodes it plays itself. Empty: every node carrying
+	// gpu.scheduling/topology.
+	NodeSelector string
 	// EventWaitTimeout bounds each agent's wait for mock NVML events (how fast a removed node's
 	// agent stops). Default 2s.
 	EventWaitTimeout time.Duration
 	// DeviceHook, when set, gives each node's agent its OnDevices function (agent.Config): the
 	// simulator's DRA baseline publishes every node's ResourceSlice from it (package agent/dra).
 	DeviceHook func(node *corev1.Node) func([]apiv1.Device)
-	// NodeSelector narrows the simulated nodes to those labelled gpu.scheduling/topology that
-	// also match this label selector (a test that runs a fleet beside nodes it plays itself).
-	// Empty: every labelled node.
-	NodeSelector string
 }
 
 // Fleet is the set of simulated node agents.
 type Fleet struct {
 	cfg     Config
 	limiter flowcontrol.RateLimiter
+	// selector is NodeSelector parsed: the watch asks the API server for these nodes only, and
+	// nodeChanged checks again (a node relabelled out of the pool stops its agent).
+	selector labels.Selector
 
 	mu      sync.Mutex
 	ctx     context.Context // Run's; nil before Run
@@ -91,10 +95,9 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.LeaseNamespace == "" {
 		cfg.LeaseNamespace = "gpu-scheduler"
 	}
-	if cfg.NodeSelector != "" {
-		if _, err := labels.Parse(cfg.NodeSelector); err != nil {
-			return nil, fmt.Errorf("fleet: node selector %q: %w", cfg.NodeSelector, err)
-		}
+	selector, err := labels.Parse(cfg.NodeSelector)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: node selector %q: %w", cfg.NodeSelector, err)
 	}
 	if cfg.WriteQPS <= 0 {
 		cfg.WriteQPS = 100
@@ -103,9 +106,10 @@ func New(cfg Config) (*Fleet, error) {
 		cfg.WriteBurst = 200
 	}
 	return &Fleet{
-		cfg:     cfg,
-		limiter: flowcontrol.NewTokenBucketRateLimiter(cfg.WriteQPS, cfg.WriteBurst),
-		members: map[string]*member{},
+		cfg:      cfg,
+		limiter:  flowcontrol.NewTokenBucketRateLimiter(cfg.WriteQPS, cfg.WriteBurst),
+		selector: selector,
+		members:  map[string]*member{},
 	}, nil
 }
 
@@ -113,12 +117,7 @@ func New(cfg Config) (*Fleet, error) {
 func (f *Fleet) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(f.cfg.KubeClient, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = apiv1.LabelTopology
-			if f.cfg.NodeSelector != "" {
-				o.LabelSelector += "," + f.cfg.NodeSelector
-			}
-		}))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = f.labelSelector() }))
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	leaseFactory := leases.NewInformerFactory(f.cfg.KubeClient, f.cfg.LeaseNamespace, "", 0)
 	leaseInformer, err := leases.Informer(leaseFactory)
@@ -171,6 +170,14 @@ func (f *Fleet) Run(ctx context.Context) error {
 	return nil
 }
 
+// labelSelector selects the fleet's nodes: those with a topology, within NodeSelector.
+func (f *Fleet) labelSelector() string {
+	if f.cfg.NodeSelector == "" {
+		return apiv1.LabelTopology
+	}
+	return apiv1.LabelTopology + "," + f.cfg.NodeSelector
+}
+
 func (f *Fleet) poke(node string) {
 	f.mu.Lock()
 	m := f.members[node]
@@ -189,6 +196,10 @@ func (f *Fleet) nodeChanged(ctx context.Context, oldObj, obj any) {
 	topology := n.Labels[apiv1.LabelTopology]
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.selector.Matches(labels.Set(n.Labels)) {
+		f.stopLocked(ctx, n.Name) // not (or no longer) in this fleet's pool
+		return
+	}
 	m := f.members[n.Name]
 	if m != nil && m.topology == topology && m.uid == n.UID {
 		if old, ok := oldObj.(*corev1.Node); ok && !maps.Equal(old.Labels, n.Labels) {

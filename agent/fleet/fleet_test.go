@@ -135,3 +135,53 @@ func TestFleet(t *testing.T) {
 	}
 	eventually(t, "n2's agent stopped", func() bool { return !slices.Contains(f.Nodes(), "n2") })
 }
+
+// A fleet with a node selector runs agents for its pool only, labels their statuses with its
+// scheduler, and stops the agent of a node relabelled out of the pool.
+func TestFleetKeepsToItsPool(t *testing.T) {
+	inPool := func(n *corev1.Node, pool string) *corev1.Node { n.Labels["pool"] = pool; return n }
+	kube := fake.NewClientset(inPool(node("a1", mock.PCIeOnly), "a"), inPool(node("a2", mock.PCIeOnly), "a"), inPool(node("b1", mock.PCIeOnly), "b"))
+	gpus := gpufake.NewSimpleClientset()
+	if _, err := fleet.New(fleet.Config{KubeClient: kube, GPUClient: gpus, NodeSelector: "pool in (a"}); err == nil ||
+		!strings.Contains(err.Error(), `node selector "pool in (a"`) {
+		t.Errorf("a bad node selector: error %v, want one naming the selector", err)
+	}
+	f, err := fleet.New(fleet.Config{
+		KubeClient: kube, GPUClient: gpus, LeaseNamespace: "team-a", NodeSelector: "pool=a",
+		Agent:            agent.Config{SchedulerName: "team-a", ProbeInterval: 20 * time.Millisecond, MinWriteInterval: -1, UsageWriteInterval: -1, HeartbeatInterval: time.Hour},
+		EventWaitTimeout: 5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for _, n := range []string{"a1", "a2"} {
+		eventually(t, "status of "+n+" labelled for team-a", func() bool {
+			st, err := gpus.GpuV1().GpuNodeStatuses().Get(ctx, n, metav1.GetOptions{})
+			return err == nil && st.Labels[apiv1.LabelSchedulerName] == "team-a" && st.Status.Total == 8
+		})
+	}
+	if got := f.Nodes(); !slices.Equal(got, []string{"a1", "a2"}) {
+		t.Errorf("Nodes() = %v, want the pool's a1 and a2", got)
+	}
+	if _, err := gpus.GpuV1().GpuNodeStatuses().Get(ctx, "b1", metav1.GetOptions{}); err == nil {
+		t.Error("the team-a fleet published a status for b1, a node of pool b")
+	}
+	a2, err := kube.CoreV1().Nodes().Get(ctx, "a2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2.Labels["pool"] = "b"
+	if _, err := kube.CoreV1().Nodes().Update(ctx, a2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a2's agent stopped once a2 left the pool", func() bool { return !slices.Contains(f.Nodes(), "a2") })
+}

@@ -33,7 +33,8 @@ var (
 		Help:           "NVML health events seen, by kind.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind"})
-	// StatusWrites counts GpuNodeStatus writes, by result (created, updated, conflict, error).
+	// StatusWrites counts GpuNodeStatus writes, by result (created, updated, conflict, error, and
+	// refused: the status is another release's, see status.OwnedError).
 	StatusWrites = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem, Name: "status_writes_total",
 		Help:           "GpuNodeStatus writes to the API server, by result.",

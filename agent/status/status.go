@@ -146,6 +146,31 @@ type Config struct {
 	TelemetryInterval time.Duration
 	// Limiter, when set, is shared by every writer of a process (fleet mode) to cap writes.
 	Limiter flowcontrol.RateLimiter
+	// SchedulerName is the scheduler whose pool this node is in: the writer labels the
+	// GpuNodeStatus with it (apiv1.LabelSchedulerName), and that scheduler alone places pods
+	// here. Default apiv1.SchedulerName.
+	SchedulerName string
+	// TakeoverAfter is how long the heartbeat of a status labelled for another scheduler must
+	// be silent before this writer takes the status over. Until then Sync refuses with an
+	// *OwnedError: two agents of two releases on one node (overlapping node selectors) would
+	// otherwise overwrite each other's status on every loop. Default 10m, the scheduler's
+	// default statusFreshnessSeconds: a status no scheduler trusts any more.
+	TakeoverAfter time.Duration
+}
+
+// OwnedError is Sync's refusal to write a node's GpuNodeStatus that another release's agent
+// publishes and still heartbeats.
+type OwnedError struct {
+	Node, Owner, Self string
+	// Heartbeat is the owner's last heartbeat; TakeoverAt is when this writer may take over.
+	Heartbeat, TakeoverAt time.Time
+}
+
+func (e *OwnedError) Error() string {
+	return fmt.Sprintf("GpuNodeStatus %s is published for scheduler %q (last heartbeat %s), not %q: "+
+		"two releases' agents run on node %s; give the releases disjoint agent node selectors "+
+		"(this agent takes the status over at %s if the other one stops)",
+		e.Node, e.Owner, e.Heartbeat.UTC().Format(time.RFC3339), e.Self, e.Node, e.TakeoverAt.UTC().Format(time.RFC3339))
 }
 
 // Writer writes one node's GpuNodeStatus.
@@ -164,6 +189,12 @@ type Writer struct {
 
 // NewWriter makes a writer.
 func NewWriter(cfg Config) *Writer {
+	if cfg.SchedulerName == "" {
+		cfg.SchedulerName = apiv1.SchedulerName
+	}
+	if cfg.TakeoverAfter <= 0 {
+		cfg.TakeoverAfter = 10 * time.Minute
+	}
 	h := fnv.New32a()
 	h.Write([]byte(cfg.Node))
 	early := time.Duration(float64(cfg.Heartbeat) * 0.2 * float64(h.Sum32()%1000) / 1000)
@@ -249,7 +280,8 @@ func (w *Writer) Sync(ctx context.Context, node *corev1.Node, want apiv1.GpuNode
 		}
 		obj := &apiv1.GpuNodeStatus{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: w.cfg.Node,
+				Name:   w.cfg.Node,
+				Labels: map[string]string{apiv1.LabelSchedulerName: w.cfg.SchedulerName},
 				// Owned by the Node: the garbage collector deletes it with the node.
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
 			},
@@ -265,6 +297,9 @@ func (w *Writer) Sync(ctx context.Context, node *corev1.Node, want apiv1.GpuNode
 		}
 		metrics.StatusWrites.WithLabelValues("created").Inc()
 		w.last = created
+	}
+	if err := w.own(ctx, now); err != nil {
+		return false, err
 	}
 	obj := w.last.DeepCopy()
 	obj.Status = want
@@ -286,6 +321,61 @@ func (w *Writer) Sync(ctx context.Context, node *corev1.Node, want apiv1.GpuNode
 	metrics.StatusWrites.WithLabelValues("updated").Inc()
 	w.last, w.lastWrite = updated, now
 	return true, nil
+}
+
+// owner is the scheduler a status is published for; "" for a status without the label
+// (written by an agent older than it), which any agent may claim.
+func owner(gns *apiv1.GpuNodeStatus) string { return gns.Labels[apiv1.LabelSchedulerName] }
+
+// own makes w.last carry this writer's scheduler label, taking the status over from another
+// scheduler's agent only once that agent's heartbeat has been silent for TakeoverAfter. The
+// label is metadata, which the status subresource ignores: it costs one more write, once.
+func (w *Writer) own(ctx context.Context, now time.Time) error {
+	if owner(w.last) == w.cfg.SchedulerName {
+		return nil
+	}
+	client := w.cfg.GPUClient.GpuV1().GpuNodeStatuses()
+	if owner(w.last) != "" {
+		// Our copy may be old: decide on the owner's latest heartbeat.
+		fresh, err := client.Get(ctx, w.cfg.Node, metav1.GetOptions{})
+		if err != nil {
+			w.last = nil
+			return fmt.Errorf("get GpuNodeStatus %s: %w", w.cfg.Node, err)
+		}
+		w.last = fresh
+		if o := owner(fresh); o != w.cfg.SchedulerName && o != "" {
+			hb := fresh.Status.LastHeartbeatTime.Time
+			if at := hb.Add(w.cfg.TakeoverAfter); now.Before(at) {
+				metrics.StatusWrites.WithLabelValues("refused").Inc()
+				return &OwnedError{Node: w.cfg.Node, Owner: o, Self: w.cfg.SchedulerName, Heartbeat: hb, TakeoverAt: at}
+			}
+			klog.FromContext(ctx).Info("Taking over a GpuNodeStatus whose agent stopped heartbeating",
+				"gpuNodeStatus", klog.KObj(fresh), "from", o, "lastHeartbeat", hb)
+		}
+		if owner(fresh) == w.cfg.SchedulerName {
+			return nil
+		}
+	}
+	obj := w.last.DeepCopy()
+	if obj.Labels == nil {
+		obj.Labels = map[string]string{}
+	}
+	obj.Labels[apiv1.LabelSchedulerName] = w.cfg.SchedulerName
+	// The update carries the resourceVersion just read: of two agents claiming one status at
+	// once, one gets a conflict, reads the other's label and refuses.
+	updated, err := client.Update(ctx, obj, metav1.UpdateOptions{})
+	if err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			w.last = nil
+			if lerr := w.Load(ctx); lerr != nil {
+				klog.FromContext(ctx).V(2).Info("Reloading GpuNodeStatus failed", "node", w.cfg.Node, "err", lerr)
+			}
+		}
+		metrics.StatusWrites.WithLabelValues("error").Inc()
+		return fmt.Errorf("label GpuNodeStatus %s for scheduler %q: %w", w.cfg.Node, w.cfg.SchedulerName, err)
+	}
+	w.last = updated
+	return nil
 }
 
 // Labels are the node labels users select on.

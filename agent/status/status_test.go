@@ -2,7 +2,9 @@ package status_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -320,3 +322,119 @@ func (l *countingLimiter) Accept()                        { l.waits++ }
 func (l *countingLimiter) Stop()                          {}
 func (l *countingLimiter) QPS() float32                   { return 1 }
 func (l *countingLimiter) Wait(ctx context.Context) error { l.waits++; l.tokens = 0; return nil }
+
+// Two releases' agents on one node (overlapping node selectors) do not take turns on its
+// status: the first labels it for its scheduler, the other refuses while that one heartbeats
+// and takes over only once it has been silent for TakeoverAfter.
+func TestWriterKeepsToItsScheduler(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}}
+	gpus := gpufake.NewSimpleClientset()
+	kube := fake.NewSimpleClientset(node)
+	writer := func(name string) *status.Writer {
+		w := status.NewWriter(status.Config{
+			Node: "n1", GPUClient: gpus, KubeClient: kube, Clock: clk, SchedulerName: name,
+			Heartbeat: time.Minute, MinInterval: -1, TakeoverAfter: 10 * time.Minute,
+		})
+		if err := w.Load(ctx); err != nil {
+			t.Fatalf("Load for %s: %v", name, err)
+		}
+		return w
+	}
+	say := func(msg string) apiv1.GpuNodeStatusStatus {
+		return status.Summarize([]apiv1.Device{{ID: 0, Health: apiv1.Healthy}}, msg)
+	}
+	stored := func() *apiv1.GpuNodeStatus {
+		t.Helper()
+		gns, err := gpus.GpuV1().GpuNodeStatuses().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("get GpuNodeStatus n1: %v", err)
+		}
+		return gns
+	}
+	check := func(step, owner, msg string) {
+		t.Helper()
+		gns := stored()
+		if got := gns.Labels[apiv1.LabelSchedulerName]; got != owner {
+			t.Errorf("%s: label %s = %q, want %q", step, apiv1.LabelSchedulerName, got, owner)
+		}
+		if gns.Status.Message != msg {
+			t.Errorf("%s: message %q, want %q (written by the wrong agent?)", step, gns.Status.Message, msg)
+		}
+	}
+
+	a := writer("team-a")
+	if ok, err := a.Sync(ctx, node, say("a1")); err != nil || !ok {
+		t.Fatalf("team-a's first Sync wrote %v, %v", ok, err)
+	}
+	check("team-a created it", "team-a", "a1")
+
+	b := writer("team-b")
+	refused := func(step string) {
+		t.Helper()
+		ok, err := b.Sync(ctx, node, say("b"))
+		var owned *status.OwnedError
+		if ok || !errors.As(err, &owned) {
+			t.Fatalf("%s: team-b's Sync = %v, %v; want an *OwnedError", step, ok, err)
+		}
+		if owned.Owner != "team-a" || owned.Self != "team-b" || owned.Node != "n1" {
+			t.Errorf("%s: OwnedError %+v names the wrong owner, self or node", step, owned)
+		}
+		for _, want := range []string{`"team-a"`, `"team-b"`, "disjoint agent node selectors"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %s", step, err, want)
+			}
+		}
+	}
+	refused("team-a heartbeats")
+	check("team-b refused", "team-a", "a1")
+
+	// team-a heartbeats 9 minutes later; team-b, another 9 minutes on, must see that heartbeat
+	// (not its own old copy of the status) and still refuse.
+	clk.SetTime(clk.Now().Add(9 * time.Minute))
+	if ok, err := a.Sync(ctx, node, say("a2")); err != nil || !ok {
+		t.Fatalf("team-a's heartbeat wrote %v, %v", ok, err)
+	}
+	clk.SetTime(clk.Now().Add(9 * time.Minute))
+	refused("team-a heartbeated 9 minutes ago")
+	check("team-b refused again", "team-a", "a2")
+
+	// team-a stops: 10 minutes after its last heartbeat team-b takes the status over.
+	clk.SetTime(clk.Now().Add(time.Minute))
+	if ok, err := b.Sync(ctx, node, say("b")); err != nil || !ok {
+		t.Fatalf("team-b's takeover of a silent status: %v, %v", ok, err)
+	}
+	check("team-b took over", "team-b", "b")
+
+	// team-a's agent comes back: now it is the one that refuses.
+	if ok, err := writer("team-a").Sync(ctx, node, say("a3")); ok || err == nil {
+		t.Fatalf("a restarted team-a agent wrote over team-b's live status: %v, %v", ok, err)
+	}
+	check("team-a refused after restart", "team-b", "b")
+}
+
+// A status written before the label existed (an older agent) is claimed without waiting.
+func TestWriterClaimsAnUnlabelledStatus(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}}
+	old := &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: apiv1.GpuNodeStatusSpec{NodeName: "n1"},
+		Status: apiv1.GpuNodeStatusStatus{Message: "old", LastHeartbeatTime: metav1.NewTime(clk.Now())}}
+	gpus := gpufake.NewSimpleClientset(old)
+	w := status.NewWriter(status.Config{Node: "n1", GPUClient: gpus, KubeClient: fake.NewSimpleClientset(node), Clock: clk,
+		Heartbeat: time.Minute, MinInterval: -1})
+	if err := w.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := w.Sync(ctx, node, status.Summarize(nil, "new")); err != nil || !ok {
+		t.Fatalf("Sync over an unlabelled status: %v, %v", ok, err)
+	}
+	gns, err := gpus.GpuV1().GpuNodeStatuses().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gns.Labels[apiv1.LabelSchedulerName] != apiv1.SchedulerName || gns.Status.Message != "new" {
+		t.Errorf("status labels %v message %q; want %s=%s and the new message", gns.Labels, gns.Status.Message, apiv1.LabelSchedulerName, apiv1.SchedulerName)
+	}
+}

@@ -44,6 +44,11 @@ const (
 	LabelPodUID       = LabelPrefix + "pod-uid"
 	// LabelLeaseShared marks a lease held by Shared pods (holderIdentity lists no single owner).
 	LabelLeaseShared = LabelPrefix + "shared"
+	// LabelSchedulerName is set by the agent on the GpuNodeStatus it publishes: the scheduler
+	// name (--scheduler-name) of the release whose agent runs on the node. A scheduler places
+	// pods only on nodes whose status names it (or names none: an agent older than the label),
+	// so two releases with disjoint agent node selectors each keep to their own pool.
+	LabelSchedulerName = LabelPrefix + "scheduler-name"
 	// LabelTopology names the mock topology a simulated node carries.
 	LabelTopology = LabelPrefix + "topology"
 	// LabelGPUProduct, LabelGPUCount and LabelNVLink are set on nodes by the agent for users

@@ -43,7 +43,7 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 	pods := factory.Core().V1().Pods()
 	p, err := deviceplugin.New(deviceplugin.Config{
 		NodeName: o.nodeName, ResourceName: o.devicePlugin.resourceName, PluginDir: o.devicePlugin.pluginDir,
-		CDIDir: o.devicePlugin.cdiDir, Pods: pods.Lister(),
+		CDIDir: o.devicePlugin.cdiDir, Pods: pods.Lister(), SchedulerName: o.schedulerName,
 	})
 	if err != nil {
 		return nil, err

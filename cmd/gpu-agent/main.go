@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -39,14 +40,16 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/telemetry"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/metricsauth"
 )
 
 type options struct {
 	nodeName, kubeconfig, leaseNamespace, listen  string
 	metricsAddr, metricsCert, metricsKey          string
+	schedulerName                                 string
 	heartbeat, probe, quiet, minWrite, usageWrite time.Duration
-	telemetryInterval                             time.Duration
+	telemetryInterval, takeoverAfter              time.Duration
 	telemetryWritesPerMinute                      float64
 	fleet                                         bool
 	qps                                           float64
@@ -68,6 +71,9 @@ func main() {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the HTTPS /metrics endpoint (with /healthz and /readyz); callers' bearer tokens are checked with the apiserver (TokenReview, SubjectAccessReview). 0 turns it off.")
 	fs.StringVar(&o.metricsCert, "metrics-cert-file", "", "PEM serving certificate of --metrics-bind-address; empty: a self-signed one made at start-up.")
 	fs.StringVar(&o.metricsKey, "metrics-key-file", "", "PEM key of --metrics-cert-file.")
+	fs.StringVar(&o.schedulerName, "scheduler-name", gpuv1.SchedulerName, "The release's scheduler (default $"+gpuv1.SchedulerNameEnv+", then gpu-scheduler): "+
+		"the node's GpuNodeStatus is labelled "+gpuv1.LabelSchedulerName+" with it, so that only that scheduler places pods here, and the device plugin serves only its pods.")
+	fs.DurationVar(&o.takeoverAfter, "takeover-after", 10*time.Minute, "How long another release's agent must have stopped heartbeating before this one takes the node's GpuNodeStatus over.")
 	fs.DurationVar(&o.heartbeat, "heartbeat-interval", 3*time.Minute, "Longest time between two GpuNodeStatus writes (the freshness signal).")
 	fs.DurationVar(&o.probe, "probe-interval", 30*time.Second, "How often every GPU is probed (lost, persistent faults, recovery).")
 	fs.DurationVar(&o.quiet, "recovery-quiet-period", 5*time.Minute, "How long an answering GPU must stay free of critical events before it is Healthy again.")
@@ -86,6 +92,19 @@ func main() {
 	fs.StringVar(&o.devicePlugin.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "The kubelet's device-plugin directory (holds kubelet.sock).")
 	fs.StringVar(&o.devicePlugin.cdiDir, "cdi-dir", "/var/run/cdi", "Where the CDI spec of the node's GPUs is written; empty: none.")
 	flag.Parse()
+	flagSet := false
+	fs.Visit(func(f *flag.Flag) { flagSet = flagSet || f.Name == "scheduler-name" })
+	name, err := gpuv1.ResolveSchedulerName(o.schedulerName, flagSet, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpu-agent:", err)
+		os.Exit(2)
+	}
+	if errs := validation.IsValidLabelValue(name); len(errs) > 0 {
+		// It becomes the value of the status's gpu.scheduling/scheduler-name label.
+		fmt.Fprintf(os.Stderr, "gpu-agent: scheduler name %q is not a valid label value: %v\n", name, errs)
+		os.Exit(2)
+	}
+	o.schedulerName = name
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -118,6 +137,7 @@ func run(ctx context.Context, o options) error {
 	base := agent.Config{
 		KubeClient: kube, GPUClient: gpus,
 		ProbeInterval: o.probe, HeartbeatInterval: o.heartbeat, RecoveryQuietPeriod: o.quiet, MinWriteInterval: o.minWrite, UsageWriteInterval: o.usageWrite,
+		SchedulerName: o.schedulerName, TakeoverAfter: o.takeoverAfter,
 		TelemetryInterval: o.telemetryInterval, TelemetryWritesPerMinute: o.telemetryWritesPerMinute,
 	}
 	if o.telemetryWritesPerMinute == 0 {
@@ -166,7 +186,7 @@ func run(ctx context.Context, o options) error {
 		secure.Handle("GET /metrics", guard(legacyregistry.Handler()))
 		serve(ctx, &http.Server{Addr: o.metricsAddr, Handler: secure, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second})
 	}
-	logger.Info("gpu-agent starting", "fleet", o.fleet, "node", o.nodeName, "listen", o.listen, "metrics", o.metricsAddr)
+	logger.Info("gpu-agent starting", "fleet", o.fleet, "node", o.nodeName, "listen", o.listen, "metrics", o.metricsAddr, "schedulerName", o.schedulerName)
 	ready.Store(true)
 	return runLoop(ctx)
 }

@@ -226,10 +226,14 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	return p, nil
 }
 
+// nodeStatusHandler keeps the ledger's nodes: the GpuNodeStatuses of this scheduler's pool.
+// A status labelled for another scheduler (that release's agent runs on the node) is left
+// out, as if the node had none: its GPUs are locked in the other release's lease namespace,
+// which this scheduler does not see.
 func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok {
+			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok && p.inPool(gns) {
 				p.ledger.setStatus(gns)
 				p.gpusChanged(nodeNameOf(gns))
 			}
@@ -239,8 +243,12 @@ func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
 			if !ok {
 				return
 			}
+			if !p.inPool(gns) {
+				p.ledger.deleteStatus(nodeNameOf(gns))
+				return
+			}
 			p.ledger.setStatus(gns)
-			if prev, ok := old.(*apiv1.GpuNodeStatus); ok && p.mayHelp(prev, gns) {
+			if prev, ok := old.(*apiv1.GpuNodeStatus); ok && (!p.inPool(prev) || p.mayHelp(prev, gns)) {
 				p.gpusChanged(nodeNameOf(gns))
 			}
 		},
@@ -387,6 +395,14 @@ func (p *Plugin) podGone(pod *v1.Pod) {
 		ref.Claim = claimNameOrEmpty(pod)
 	}
 	p.enqueueRelease(ref)
+}
+
+// inPool reports whether a node's status is published for this profile's scheduler (the
+// agent's --scheduler-name, label gpu.scheduling/scheduler-name). A status without the label
+// comes from an agent older than it and counts as ours.
+func (p *Plugin) inPool(gns *apiv1.GpuNodeStatus) bool {
+	owner := gns.Labels[apiv1.LabelSchedulerName]
+	return owner == "" || p.handle == nil || owner == p.handle.ProfileName()
 }
 
 // ours reports whether pod is scheduled by this profile (the release's --scheduler-name). The

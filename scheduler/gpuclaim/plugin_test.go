@@ -594,3 +594,38 @@ func TestOursFollowsTheProfileName(t *testing.T) {
 		}
 	}
 }
+
+// A node whose GpuNodeStatus is labelled for another scheduler is in that release's pool: this
+// scheduler leaves it out however free its GPUs are, and takes it in once the label names it.
+func TestNodesOfAnotherSchedulersPoolAreLeftOut(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil), node("b", nil)},
+		claimObj("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e.setHealth(t, "a", apiv1.Unhealthy) // only b could serve the claim
+	label := func(owner string) {
+		t.Helper()
+		st, err := e.gpu.GpuV1().GpuNodeStatuses().Get(t.Context(), "b", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Labels = map[string]string{apiv1.LabelSchedulerName: owner}
+		if _, err := e.gpu.GpuV1().GpuNodeStatuses().Update(t.Context(), st, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	label("gpu-canary")
+	eventuallyTrue(t, func() bool { n, _ := e.p.ledger.snapshot("b"); return n == nil })
+	pod := gpuPod("p", "one")
+	if node, st, _ := e.schedule(t, pod); st.IsSuccess() {
+		t.Fatalf("pod placed on %s, a node of scheduler gpu-canary's pool", node)
+	} else {
+		wantStatus(t, "pod with only gpu-canary's node free", st, fwk.Unschedulable, "no node has 1 healthy free GPUs")
+	}
+	label("gpu-scheduler")
+	eventuallyTrue(t, func() bool { n, _ := e.p.ledger.snapshot("b"); return n != nil })
+	if err := e.kube.CoreV1().Pods(pod.Namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if node, st, _ := e.schedule(t, pod); !st.IsSuccess() || node != "b" {
+		t.Fatalf("pod once b's status names this scheduler: node %q, %v; want b", node, st)
+	}
+}
