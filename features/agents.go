@@ -40,19 +40,26 @@ type agentFleet struct {
 }
 
 func startAgentFleet(ctx context.Context, s *Suite) (*agentFleet, error) {
-	// As the agent command does; the fleet's per-node series need registered metrics.
-	metrics.Register()
-	f, err := fleet.New(fleet.Config{
+	return startFleet(ctx, fleet.Config{
 		KubeClient:       s.kube,
 		GPUClient:        s.gpu,
 		LeaseNamespace:   LeaseNamespace,
 		Agent:            agentTimings,
 		EventWaitTimeout: 200 * time.Millisecond,
-	})
+		// A release's nodes (@two-schedulers) are served by that release's own fleet.
+		NodeSelector: "!" + LabelRelease,
+	}, "fleet")
+}
+
+// startFleet runs a fleet with cfg until stop; name names its log lines.
+func startFleet(ctx context.Context, cfg fleet.Config, name string) (*agentFleet, error) {
+	// As the agent command does; the fleet's per-node series need registered metrics.
+	metrics.Register()
+	f, err := fleet.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	fctx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), klog.Background().WithName("fleet")))
+	fctx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), klog.Background().WithName(name)))
 	a := &agentFleet{fleet: f, cancel: cancel, done: make(chan error, 1)}
 	go func() { a.done <- f.Run(fctx) }()
 	return a, nil

@@ -54,6 +54,8 @@ type scenario struct {
 
 	// schedulers are extra gpu-scheduler processes the scenario started.
 	schedulers []*launch.Scheduler
+	// releases are the releases with their own scheduler names the scenario started, by name.
+	releases map[string]*release
 	// stepStart is when the running step began, to report slow steps.
 	stepStart time.Time
 }
@@ -117,17 +119,19 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerTemplateSteps(sc)
 	registerPlacementSteps(sc)
 	registerTelemetrySteps(sc)
+	registerReleaseSteps(sc)
 }
 
 func (s *Suite) beforeScenario(ctx context.Context, p *godog.Scenario) (context.Context, error) {
 	id := fmt.Sprintf("s%03d", s.scenarios.Add(1))
 	st := &scenario{
-		suite:  s,
-		id:     id,
-		name:   p.Name,
-		ns:     namespaceFor(id, p.Name),
-		uids:   map[string]types.UID{},
-		leases: map[string]map[string]string{},
+		suite:    s,
+		id:       id,
+		name:     p.Name,
+		ns:       namespaceFor(id, p.Name),
+		uids:     map[string]types.UID{},
+		leases:   map[string]map[string]string{},
+		releases: map[string]*release{},
 	}
 	if err := s.ensureSchedulerRunning(ctx); err != nil {
 		return ctx, err
@@ -163,6 +167,7 @@ func (st *scenario) cleanup(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stopping %s: %w", filepath.Base(sched.LogPath()), err))
 		}
 	}
+	errs = append(errs, st.stopReleases(ctx)...)
 	if err := s.ensureSchedulerRunning(ctx); err != nil {
 		errs = append(errs, err)
 	}

@@ -48,6 +48,11 @@ func nodesLabelled(ctx context.Context, n int, topology, labelList string) error
 // has the node agent serve them; it returns once every node is Ready and its agent has
 // published the node's GPUs.
 func (st *scenario) addNodes(ctx context.Context, n int, topology string, extra map[string]string) error {
+	return st.addNodesServedBy(ctx, n, topology, extra, st.suite.agents)
+}
+
+// addNodesServedBy is addNodes for nodes that agents serves (a release's own fleet).
+func (st *scenario) addNodesServedBy(ctx context.Context, n int, topology string, extra map[string]string, agents *agentFleet) error {
 	server, err := mock.New(topology)
 	if err != nil {
 		return err
@@ -77,7 +82,7 @@ func (st *scenario) addNodes(ctx context.Context, n int, topology string, extra 
 	if err := st.waitNodesReady(ctx, pool.Name, n); err != nil {
 		return err
 	}
-	if err := st.suite.agents.add(ctx, names); err != nil {
+	if err := agents.add(ctx, names); err != nil {
 		return err
 	}
 	for _, node := range names {

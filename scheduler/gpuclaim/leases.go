@@ -125,9 +125,9 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 		if err != nil {
 			return taken, err
 		}
-		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
 		if apierrors.IsAlreadyExists(err) && p.takeOverStale(ctx, l.Name, pod.UID) {
-			_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+			_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
 		}
 		switch {
 		case err == nil:
@@ -211,7 +211,7 @@ func (p *Plugin) joinShared(ctx context.Context, name, node string, id int, uid 
 		holders := *cur.Spec.HolderIdentity + "," + string(uid)
 		cur = cur.DeepCopy()
 		cur.Spec.HolderIdentity = &holders
-		_, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+		_, err = leases.Update(ctx, cur, metav1.UpdateOptions{FieldManager: p.fieldManager})
 		return err
 	})
 }
@@ -277,7 +277,7 @@ func (p *Plugin) releaseLeaseFrom(ctx context.Context, cached *coordinationv1.Le
 		holders := strings.Join(rest, ",")
 		cur = cur.DeepCopy()
 		cur.Spec.HolderIdentity = &holders
-		_, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
+		_, err := leases.Update(ctx, cur, metav1.UpdateOptions{FieldManager: p.fieldManager})
 		return err
 	})
 }

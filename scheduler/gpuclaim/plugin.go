@@ -66,9 +66,13 @@ var (
 
 // Plugin is the GpuClaimPlugin.
 type Plugin struct {
-	handle   fwk.Handle
-	args     *Args
-	strategy allocator.Strategy
+	handle fwk.Handle
+	// fieldManager names this scheduler in the managedFields of the claim statuses and GPU
+	// leases it writes: its profile name, so that with two releases side by side each write
+	// says which scheduler made it.
+	fieldManager string
+	args         *Args
+	strategy     allocator.Strategy
 	// roundRobin remembers where the last round-robin pod went (score.go).
 	roundRobin roundRobinCursor
 	freshness  time.Duration
@@ -153,6 +157,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	// plugin made wins; they all see the same cluster.
 	metrics.SetFleetSource(p.ledger.gpuCounts)
 	metrics.SetPendingSource(func() (int, float64) { return p.waiting.pendingStats(p.clock.Now()) })
+	p.fieldManager = fieldManagerFor(h)
 
 	gpuFactory := gpuinformers.NewSharedInformerFactory(gpuClient, 0)
 	claims := gpuFactory.Gpu().V1().GpuClaims()
@@ -395,6 +400,15 @@ func (p *Plugin) podGone(pod *v1.Pod) {
 		ref.Claim = claimNameOrEmpty(pod)
 	}
 	p.enqueueRelease(ref)
+}
+
+// fieldManagerFor is the field manager of a plugin under handle h: the profile's scheduler
+// name, or gpu-scheduler where that is no valid manager name (longer than 128 characters).
+func fieldManagerFor(h fwk.Handle) string {
+	if h == nil || h.ProfileName() == "" || len(h.ProfileName()) > 128 {
+		return apiv1.SchedulerName
+	}
+	return h.ProfileName()
 }
 
 // inPool reports whether a node's status is published for this profile's scheduler (the

@@ -42,7 +42,7 @@ func (p *Plugin) writeClaimStatus(ctx context.Context, claim *apiv1.GpuClaim, mu
 		if apiequality.Semantic.DeepEqual(cur.Status, next.Status) {
 			return nil
 		}
-		_, err := claims.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		_, err := claims.UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: p.fieldManager})
 		return err
 	})
 	if apierrors.IsNotFound(err) {

@@ -71,6 +71,9 @@ type SchedulerOptions struct {
 	LeaderElect bool
 	// LeaseNamespace holds the GPU leases; default "gpu-scheduler".
 	LeaseNamespace string
+	// SchedulerName renames the profile (--scheduler-name), as a second release's scheduler
+	// does; default the shipped gpu-scheduler.
+	SchedulerName string
 	// NodeStrategy is one of api/v1 NodeStrategies; default from the shipped config.
 	NodeStrategy string
 	// PluginArgs override further plugin args.
@@ -109,6 +112,7 @@ func StartScheduler(ctx context.Context, c *cluster.Cluster, opts SchedulerOptio
 		LeaderElect:    opts.LeaderElect,
 		QPS:            opts.QPS,
 		LeaseNamespace: opts.LeaseNamespace,
+		SchedulerName:  opts.SchedulerName,
 		NodeStrategy:   opts.NodeStrategy,
 		PluginArgs:     opts.PluginArgs,
 	})
