@@ -125,9 +125,11 @@ type GpuWorkloadSpec struct {
 	// +kubebuilder:validation:Maximum=1024
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
-	// Template is the pod every replica runs. The controller sets schedulerName to
-	// gpu-scheduler, the claim annotation, priorityClassName and the node strategy
-	// annotation; restartPolicy defaults to Never so that a failed pod can be retried.
+	// Template is the pod every replica runs. Its schedulerName picks the release whose
+	// gpu-controller runs the workload (empty or default-scheduler: the release named
+	// gpu-scheduler). That controller sets schedulerName to its release's scheduler, the claim
+	// annotation, priorityClassName and the node strategy annotation; restartPolicy defaults to
+	// Never so that a failed pod can be retried.
 	// +required
 	Template corev1.PodTemplateSpec `json:"template"`
 	// Claim is the GPUs every replica gets.

@@ -3,6 +3,8 @@ package v1
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -22,4 +24,15 @@ func ResolveSchedulerName(flagValue string, flagSet bool, getenv func(string) st
 		return "", fmt.Errorf("scheduler name %q from %s is not a DNS subdomain: %v", name, from, errs)
 	}
 	return name, nil
+}
+
+// ReleaseFor is the scheduler name of the release whose controllers look after an object that
+// asks for schedulerName (a pod's spec.schedulerName, a GpuWorkload's template's): that name,
+// or SchedulerName, the default release, when it names none or the cluster's default-scheduler.
+// Two releases side by side thus never both act on one GpuWorkload or one templated pod.
+func ReleaseFor(schedulerName string) string {
+	if schedulerName == "" || schedulerName == corev1.DefaultSchedulerName {
+		return SchedulerName
+	}
+	return schedulerName
 }

@@ -80,6 +80,11 @@ func run() error {
 		}
 		return err
 	}
+	name, err := apiv1.ResolveSchedulerName(o.schedulerName, fs.Changed("scheduler-name"), os.Getenv)
+	if err != nil {
+		return err
+	}
+	o.schedulerName = name
 	logger := klog.Background()
 	ctrl.SetLogger(logger)
 
@@ -126,7 +131,7 @@ func run() error {
 	if err := workload.SetupWithManager(mgr, workload.Options{SchedulerName: o.schedulerName, MaxConcurrentReconciles: o.workloadWorkers}); err != nil {
 		return err
 	}
-	if err := claimtemplate.SetupWithManager(mgr, claimtemplate.Options{MaxConcurrentReconciles: o.claimWorkers}); err != nil {
+	if err := claimtemplate.SetupWithManager(mgr, claimtemplate.Options{SchedulerName: o.schedulerName, MaxConcurrentReconciles: o.claimWorkers}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -38,10 +38,17 @@ const (
 type Reconciler struct {
 	client   ctrlclient.Client
 	recorder events.EventRecorder
+	// schedulerName is this release's scheduler; see Options.SchedulerName.
+	schedulerName string
 }
 
 func newReconciler(c ctrlclient.Client, rec events.EventRecorder) *Reconciler {
-	return &Reconciler{client: c, recorder: rec}
+	return &Reconciler{client: c, recorder: rec, schedulerName: apiv1.SchedulerName}
+}
+
+// ours reports whether pod asks for this release's scheduler (apiv1.ReleaseFor).
+func (r *Reconciler) ours(pod *corev1.Pod) bool {
+	return apiv1.ReleaseFor(pod.Spec.SchedulerName) == r.schedulerName
 }
 
 // wantsClaim reports whether the controller makes a claim for the pod: it names a template and
@@ -67,7 +74,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
 	template, ok := wantsClaim(pod)
-	if !ok {
+	if !ok || !r.ours(pod) {
 		return reconcile.Result{}, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "template", template)

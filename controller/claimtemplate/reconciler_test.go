@@ -211,3 +211,26 @@ func TestPodDeletedBeforeItsClaimWasMade(t *testing.T) {
 		t.Fatalf("claim owner %+v, want the pod's UID as a blocking controller", c.OwnerReferences)
 	}
 }
+
+// Two releases side by side: each controller makes the claims of the pods asking for its own
+// scheduler only (a pod naming none, or default-scheduler, belongs to the default release).
+func TestEachReleaseMakesItsOwnPodsClaims(t *testing.T) {
+	canary := pod("canary-0", "x8")
+	canary.Spec.SchedulerName = "gpu-canary"
+	plain := pod("plain-0", "x8")
+	plain.Spec.SchedulerName = corev1.DefaultSchedulerName
+	e := newEnv(t, canary, plain, template("x8"))
+	e.reconcile(t, "canary-0")
+	e.reconcile(t, "plain-0")
+	if _, ok := e.claim(t, "canary-0-x8"); ok {
+		t.Error("the gpu-scheduler release made the claim of a gpu-canary pod")
+	}
+	if _, ok := e.claim(t, "plain-0-x8"); !ok {
+		t.Error("the gpu-scheduler release made no claim for a default-scheduler pod")
+	}
+	e.r.schedulerName = "gpu-canary"
+	e.reconcile(t, "canary-0")
+	if _, ok := e.claim(t, "canary-0-x8"); !ok {
+		t.Error("the gpu-canary release made no claim for its own pod")
+	}
+}

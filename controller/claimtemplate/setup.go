@@ -22,6 +22,10 @@ import (
 type Options struct {
 	// MaxConcurrentReconciles is how many pods are handled at once; default 4.
 	MaxConcurrentReconciles int
+	// SchedulerName is this release's scheduler: the controller makes the claims of the pods
+	// that ask for it (apiv1.ReleaseFor), and leaves another release's pods to that release.
+	// Default gpu-scheduler.
+	SchedulerName string
 }
 
 // templateIndex indexes pods by the template they name, "namespace/template", so that a
@@ -48,9 +52,13 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		n = 4
 	}
 	r := newReconciler(mgr.GetClient(), mgr.GetEventRecorder("gpu-claim-template-controller"))
+	if opts.SchedulerName != "" {
+		r.schedulerName = opts.SchedulerName
+	}
 	templated := predicate.NewPredicateFuncs(func(obj ctrlclient.Object) bool {
 		_, ok := obj.GetAnnotations()[apiv1.AnnotationClaimTemplate]
-		return ok
+		pod, isPod := obj.(*corev1.Pod)
+		return ok && (!isPod || r.ours(pod))
 	})
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("gpuclaimtemplate").

@@ -64,6 +64,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	}
 	logger := klog.FromContext(ctx).WithValues("gpuWorkload", klog.KObj(gw))
 	ctx = klog.NewContext(ctx, logger)
+	if !r.owns(gw) {
+		logger.V(4).Info("Left to another release's gpu-controller", "schedulerName", gw.Spec.Template.Spec.SchedulerName)
+		return reconcile.Result{}, nil
+	}
 
 	pods, err := r.ownedPods(ctx, gw)
 	if err != nil {
@@ -79,6 +83,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		}
 	}
 	return r.sync(ctx, gw, pods)
+}
+
+// owns reports whether this controller's release runs gw: the one its template's
+// schedulerName names (the default release when it names none). Another release's controller
+// would otherwise create, retry and finalize the same replicas.
+func (r *Reconciler) owns(gw *apiv1.GpuWorkload) bool {
+	return apiv1.ReleaseFor(gw.Spec.Template.Spec.SchedulerName) == r.schedulerName
 }
 
 // ownedPods lists the pods this workload controls.

@@ -437,3 +437,28 @@ func TestTemplateNameReplicasUseTheTemplate(t *testing.T) {
 		t.Fatalf("replica 1 %+v, want pod train-1-1 with claim train-1-1-x2", rs)
 	}
 }
+
+// Two releases side by side: the gpu-controller of the default release leaves alone a
+// GpuWorkload whose template names the canary's scheduler (no finalizer, no pods), and the
+// canary's controller runs it with pods of its scheduler.
+func TestWorkloadOfAnotherReleaseIsLeftAlone(t *testing.T) {
+	spec := inlineSpec(1, 0, 1)
+	spec.Template.Spec.SchedulerName = "gpu-canary"
+	e := newEnv(t, spec)
+	e.reconcile(t)
+	if got := e.podNames(t); len(got) != 0 {
+		t.Fatalf("the gpu-scheduler release made pods %v for a gpu-canary workload", got)
+	}
+	if gw := e.workload(t); len(gw.Finalizers) != 0 || gw.Status.Phase != "" {
+		t.Fatalf("the gpu-scheduler release touched the gpu-canary workload: finalizers %v, status %+v", gw.Finalizers, gw.Status)
+	}
+	e.r.schedulerName = "gpu-canary"
+	e.reconcile(t)
+	pod := &corev1.Pod{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "train-0-0"}, pod); err != nil {
+		t.Fatalf("the gpu-canary release made no replica: %v", err)
+	}
+	if pod.Spec.SchedulerName != "gpu-canary" {
+		t.Errorf("replica of the gpu-canary release asks for scheduler %q", pod.Spec.SchedulerName)
+	}
+}

@@ -12,7 +12,9 @@ import (
 
 // Options configure the controller.
 type Options struct {
-	// SchedulerName is the scheduler the pods ask for; default gpu-scheduler.
+	// SchedulerName is this release's scheduler: the controller runs the GpuWorkloads whose
+	// template names it (apiv1.ReleaseFor) and gives their pods that schedulerName. Default
+	// gpu-scheduler.
 	SchedulerName string
 	// MaxConcurrentReconciles is how many workloads are reconciled at once; default 4.
 	MaxConcurrentReconciles int
