@@ -63,10 +63,11 @@ test-acceptance: tools
 sim: tools build
 	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run $(SCENARIO)
 
-## test-sim: the simulator's smoke run (scenarios/smoke.yaml: 8 nodes, 24 pods, both schedulers; about a minute)
+## test-sim: the simulator's smoke runs (scenarios/smoke.yaml: 8 nodes, 24 pods, both schedulers; workloads-smoke.yaml: Jobs and a Deployment through claim templates, nothing may leak)
 .PHONY: test-sim
 test-sim: tools build
 	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run scenarios/smoke.yaml
+	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run scenarios/workloads-smoke.yaml
 
 ## e2e-gpu: on a cluster with a real NVIDIA GPU node (current kubectl context): install the chart, run a 2-GPU pod, check nvidia-smi -L inside lists exactly the chosen GPUs; exits 0 with a message when this machine has no NVIDIA driver (docs/node.md)
 .PHONY: e2e-gpu

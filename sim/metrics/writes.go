@@ -127,8 +127,10 @@ type WriteRow struct {
 // creates (conflicts included), claim writes and pod patches; for DRA, every ResourceClaim
 // write but the delete (kube-controller-manager makes a claim per pod from its template, names
 // it in the pod's status and takes the pod out of it when the pod ends; the scheduler writes
-// the allocation and the claim's finalizer). It leaves out
-// lease and ResourceClaim deletes (releases), events, the workload's own pod and GpuClaim
+// the allocation and the claim's finalizer). A GpuClaim create in the workload is one too: it is
+// gpu-controller making a pod's claim from its GpuClaimTemplate, one more write per pod that
+// pre-made claims (created before the clock) do not show. It leaves out
+// lease and ResourceClaim deletes (releases), events, the workload's own pod and pre-made GpuClaim
 // creates, kwok's pod status updates and node heartbeats (lease PUTs), and the agent's
 // GpuNodeStatus and ResourceSlice writes, which the report lists apart.
 func SchedulingWrite(k RequestKey) bool {
@@ -139,7 +141,7 @@ func SchedulingWrite(k RequestKey) bool {
 		return true
 	case k.Resource == "leases" && k.Verb == "POST":
 		return true
-	case k.Resource == "gpuclaims" && k.Verb != "POST":
+	case k.Resource == "gpuclaims":
 		return true
 	case k.Resource == "resourceclaims" && k.Verb != "DELETE" && k.Verb != "DELETECOLLECTION":
 		return true

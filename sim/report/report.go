@@ -80,6 +80,17 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 		r.Checks = append(r.Checks, Check{Name: "stock + DRA: bound pods whose GPUs were read from their ResourceClaim",
 			Want: fmt.Sprintf("all %d", withDRA.Metrics.Bound), Got: fmt.Sprint(n), Pass: withDRA.DRAPodsWithoutIDs == 0})
 	}
+	if pre := r.Run(runner.ModePremade); pre != nil && ours != nil {
+		// Judged from the first pod made: the time a Job or Deployment takes to make its first
+		// pod is paid by any controller, whatever its pods ask for (the stock run shows it too);
+		// from the controller's create call is reported beside it.
+		if pre.ThroughputFromMade > 0 {
+			r.Ratios["throughputVsPremade"] = ours.ThroughputFromMade / pre.ThroughputFromMade
+		}
+		if pre.Metrics.Throughput > 0 {
+			r.Ratios["throughputVsPremadeFromCreate"] = ours.Metrics.Throughput / pre.Metrics.Throughput
+		}
+	}
 	if ours == nil {
 		return r
 	}
@@ -100,6 +111,20 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 			Want: fmt.Sprintf(">= %.0f%%", *e.MinIslandLocalRatio*100), Got: fmt.Sprintf("%.1f%% (%d of %d)", got*100, m.IslandLocal, m.IslandPossible), Pass: pass})
 	}
 	maxCheck("gangs partly bound", e.MaxPartialGangs, m.GangsPartial)
+	if ours.ClaimsLeft != nil {
+		maxCheck("GpuClaims left after the workload was deleted", e.MaxClaimsLeft, *ours.ClaimsLeft)
+	}
+	if ours.PodsLeft != nil {
+		maxCheck("pods left after the workload was deleted", e.MaxPodsLeft, *ours.PodsLeft)
+	}
+	if v := e.MinThroughputVsPremade; v != nil {
+		got, ok := r.Ratios["throughputVsPremade"]
+		c := Check{Name: "throughput with claim templates / with pre-made claims (from the first pod made)", Want: fmt.Sprintf(">= %.2fx", *v), Got: fmt.Sprintf("%.2fx", got), Pass: ok && got >= *v}
+		if !ok {
+			c.Got = "no run with pre-made claims (or it bound nothing)"
+		}
+		r.Checks = append(r.Checks, c)
+	}
 	if v := e.MaxGangIdleGPUSeconds; v != nil {
 		r.Checks = append(r.Checks, Check{Name: "GPU-seconds held waiting for gang mates", Want: fmt.Sprintf("<= %g", *v),
 			Got: fmt.Sprintf("%.1f", m.GangIdleGPUSeconds), Pass: m.GangIdleGPUSeconds <= *v})
@@ -182,7 +207,7 @@ func (r *Report) rows() [][]string {
 		{"double-booked GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.DoubleBookedGPUs) }},
 		{"allocations on unhealthy GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.UnhealthyAllocations) }},
 		{"GPU leases left after pods gone", func(x *runner.RunResult) string {
-			if x.Mode != runner.ModeGPU {
+			if x.Mode == runner.ModeStock || x.Mode == runner.ModeDRA {
 				return "n/a (no leases)"
 			}
 			return fmt.Sprint(x.LeasesLeft)
@@ -201,6 +226,37 @@ func (r *Report) rows() [][]string {
 		{"setup / workload / teardown", func(x *runner.RunResult) string {
 			return dur(x.Setup) + " / " + dur(x.Workload) + " / " + dur(x.Teardown)
 		}},
+	}
+	if r.hasControllers() {
+		items = append(items, []struct {
+			label string
+			f     f
+		}{
+			{"throughput from the first pod made (pods bound/s)", func(x *runner.RunResult) string {
+				return fmt.Sprintf("%.1f", x.ThroughputFromMade)
+			}},
+			{"GpuClaim creates / pod (counted in the writes above)", func(x *runner.RunResult) string {
+				switch {
+				case x.Mode == runner.ModeStock || x.Mode == runner.ModeDRA:
+					return "-"
+				case x.PremadeClaims > 0:
+					return fmt.Sprintf("%.2f (+ %d made before the clock, not counted)", x.ClaimCreatesPerPod, x.PremadeClaims)
+				}
+				return fmt.Sprintf("%.2f (gpu-controller, from the templates)", x.ClaimCreatesPerPod)
+			}},
+			{"controller create -> pod made, p50 / p99", func(x *runner.RunResult) string {
+				if x.Mode == runner.ModePremade {
+					return "- (bare pods)"
+				}
+				return dur(x.StampP50) + " / " + dur(x.StampP99)
+			}},
+			{"GpuClaims / pods left after the workload was deleted", func(x *runner.RunResult) string {
+				if x.ClaimsLeft == nil || x.PodsLeft == nil {
+					return "n/a (cluster thrown away)"
+				}
+				return fmt.Sprintf("%d / %d", *x.ClaimsLeft, *x.PodsLeft)
+			}},
+		}...)
 	}
 	if r.hasFill() {
 		items = append(items, []struct {
@@ -269,6 +325,12 @@ func (r *Report) rows() [][]string {
 	return out
 }
 
+// hasControllers tells whether the workload was Jobs and Deployments; their rows are shown
+// only then.
+func (r *Report) hasControllers() bool {
+	return r.Spec != nil && len(r.Spec.Spec.Workload.Controllers) > 0
+}
+
 // hasFill tells whether a run was a fill run; its rows are shown only then.
 func (r *Report) hasFill() bool {
 	for _, x := range r.Runs {
@@ -308,6 +370,9 @@ func (r *Report) Table(w io.Writer) {
 	}
 	if v, ok := r.Ratios["throughputDRA"]; ok {
 		fmt.Fprintf(w, "throughput gpu-scheduler / stock + DRA: %.2fx\n", v)
+	}
+	if v, ok := r.Ratios["throughputVsPremade"]; ok {
+		fmt.Fprintf(w, "throughput with claim templates / with pre-made claims: %.2fx from the first pod made, %.2fx from the first controller created\n", v, r.Ratios["throughputVsPremadeFromCreate"])
 	}
 	for _, x := range r.Runs {
 		for _, n := range x.Notes {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -49,6 +50,9 @@ func (o Options) Targets() (map[string]string, error) {
 		} else {
 			t[ModeDRA] = ""
 		}
+	}
+	if o.Scenario != nil && o.Scenario.Spec.Baseline.PremadeClaims {
+		t[ModePremade] = o.Kubeconfig // like the stock run: after the first run's cleanup
 	}
 	if o.baselineWanted() {
 		t[ModeStock] = o.Kubeconfig // sequentially on the same cluster, after the first run's cleanup
@@ -242,7 +246,12 @@ func (o owned) cleanup(ctx context.Context, cfg *rest.Config) error {
 		keep("MutatingWebhookConfiguration "+n, ar.MutatingWebhookConfigurations().Delete(ctx, n, metav1.DeleteOptions{}))
 		keep("ValidatingWebhookConfiguration "+n, ar.ValidatingWebhookConfigurations().Delete(ctx, n, metav1.DeleteOptions{}))
 	}
+	bg := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}
+	keep("Jobs of run "+o.run, cs.BatchV1().Jobs(o.podNS).DeleteCollection(ctx, bg, byRun))
+	keep("Deployments of run "+o.run, cs.AppsV1().Deployments(o.podNS).DeleteCollection(ctx, bg, byRun))
+	keep("ReplicaSets of run "+o.run, cs.AppsV1().ReplicaSets(o.podNS).DeleteCollection(ctx, bg, byRun))
 	keep("pods of run "+o.run, cs.CoreV1().Pods(o.podNS).DeleteCollection(ctx, zero, byRun))
+	keep("GpuClaimTemplates of run "+o.run, gcs.GpuV1().GpuClaimTemplates(o.podNS).DeleteCollection(ctx, metav1.DeleteOptions{}, byRun))
 	if !sets.New(o.crds...).Has(ourCRDs[0]) {
 		keep("GpuClaims of run "+o.run, gcs.GpuV1().GpuClaims(o.podNS).DeleteCollection(ctx, metav1.DeleteOptions{}, byRun))
 	}

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,15 +22,20 @@ import (
 	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
 
 // podRecord is what the recorder saw of one pod; times are offsets from the recorder's start.
 type podRecord struct {
 	created, bound, ended       time.Duration
 	createdOK, boundOK, endedOK bool
-	node                        string
-	ids                         []int
-	unschedulable               string // last Unschedulable message, if any
+	// seen is when the pod was first seen: for a controller's pod, when the controller had
+	// made it (its clock, created, starts at the controller's create call).
+	seen          time.Duration
+	seenOK        bool
+	node          string
+	ids           []int
+	unschedulable string // last Unschedulable message, if any
 	// draFallback: the DRA claim was allocated by its prioritized list's last subrequest
 	// (any GPUs), not the one-island one.
 	draFallback bool
@@ -57,6 +63,12 @@ type recorder struct {
 	// claimsAfterEnd those first seen when their pod had already ended.
 	claimsSeen     sets.Set[types.UID]
 	claimsAfterEnd int
+	// slots, for a workload of controllers: the plan's pod names not yet taken, by controller;
+	// alias maps the name a controller gave a pod to its slot. Nil for bare pods.
+	slots map[string][]string
+	alias map[string]string
+	// extra holds the controller pods seen beyond their controller's slots.
+	extra map[string]bool
 }
 
 func newRecorder(start time.Time) *recorder {
@@ -90,11 +102,51 @@ func (r *recorder) pod(name string) *podRecord {
 	return p
 }
 
+// useSlots makes the recorder map the pods of the plan's controllers to the plan's entries, in
+// the order it sees them.
+func (r *recorder) useSlots(plan []scenario.PodPlan) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.slots, r.alias, r.extra = map[string][]string{}, map[string]string{}, map[string]bool{}
+	for _, p := range plan {
+		if p.Controller != "" {
+			r.slots[p.Controller] = append(r.slots[p.Controller], p.Name)
+		}
+	}
+}
+
+// slotOf returns the plan entry a pod stands for: its own name, or for a controller's pod the
+// slot it was given when first seen. ok is false for a pod beyond its controller's slots (a
+// replacement); the recorder ignores it. Called with r.mu held.
+func (r *recorder) slotOf(pod *corev1.Pod, deleted bool) (string, bool) {
+	ctl := pod.Labels[LabelController]
+	if r.slots == nil || ctl == "" {
+		return pod.Name, true
+	}
+	if s, ok := r.alias[pod.Name]; ok {
+		return s, true
+	}
+	free := r.slots[ctl]
+	if len(free) == 0 || deleted {
+		r.extra[pod.Name] = true
+		return "", false
+	}
+	r.slots[ctl], r.alias[pod.Name] = free[1:], free[0]
+	return free[0], true
+}
+
 func (r *recorder) observePod(pod *corev1.Pod, deleted bool) {
 	at := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := r.pod(pod.Name)
+	name, ok := r.slotOf(pod, deleted)
+	if !ok {
+		return
+	}
+	p := r.pod(name)
+	if !p.seenOK {
+		p.seen, p.seenOK = at, true
+	}
 	if pod.Spec.NodeName != "" && !p.boundOK {
 		p.bound, p.boundOK, p.node = at, true, pod.Spec.NodeName
 		r.bound++
@@ -280,4 +332,37 @@ func (r *recorder) onClaim(o any) {
 	if p := r.pod(pod); !p.endedOK {
 		p.ids, p.draFallback = ids, fallback
 	}
+}
+
+// stamping returns, over the controllers' pods seen, the p50 and p99 of the time from the
+// controller's create call to the pod seen, and how many pods came beyond the slots.
+func (r *recorder) stamping() (p50, p99 time.Duration, extra int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var d []time.Duration
+	for _, slot := range r.alias {
+		if p := r.pods[slot]; p != nil && p.createdOK && p.seenOK {
+			d = append(d, max(p.seen-p.created, 0))
+		}
+	}
+	if len(d) == 0 {
+		return 0, 0, len(r.extra)
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
+	return at(0.5), at(0.99), len(r.extra)
+}
+
+// firstSeen is when the first pod of the workload was seen.
+func (r *recorder) firstSeen() (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first time.Duration
+	ok := false
+	for _, p := range r.pods {
+		if p.seenOK && (!ok || p.seen < first) {
+			first, ok = p.seen, true
+		}
+	}
+	return first, ok
 }

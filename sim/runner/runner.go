@@ -43,10 +43,13 @@ const (
 	ModeGPU   = "gpu-scheduler"
 	ModeStock = "kube-scheduler"
 	ModeDRA   = "kube-scheduler-dra"
+	// ModePremade plays a workload of controllers with gpu-scheduler as bare pods naming claims
+	// made before the clock (spec.baseline.premadeClaims): the yardstick for claim templates.
+	ModePremade = "gpu-scheduler/pre-made"
 )
 
 // Modes lists the modes in the order they run and are reported.
-var Modes = []string{ModeGPU, ModeStock, ModeDRA}
+var Modes = []string{ModeGPU, ModePremade, ModeStock, ModeDRA}
 
 // ModeTitle is how the report heads a mode's column.
 func ModeTitle(mode string) string {
@@ -141,6 +144,27 @@ type RunResult struct {
 	MeanGPUsPerPod         float64 `json:"meanGPUsPerPod"`
 	// LeasesLeft are GPU leases still present after every pod was deleted.
 	LeasesLeft int `json:"leasesLeft"`
+	// ClaimsLeft and PodsLeft are the GpuClaims and pods left in the workload's namespace after
+	// the run deleted its workload (its Jobs and Deployments, or its pods and pre-made claims);
+	// counted for workloads of controllers only (nil otherwise).
+	ClaimsLeft *int `json:"claimsLeft,omitempty"`
+	PodsLeft   *int `json:"podsLeft,omitempty"`
+	// ClaimCreates are the GpuClaim creates during the workload (gpu-controller's, from the
+	// templates), and ClaimCreatesPerPod per bound pod; PremadeClaims the claims created
+	// before the clock (not in the workload's writes).
+	ClaimCreates       float64 `json:"claimCreates"`
+	ClaimCreatesPerPod float64 `json:"claimCreatesPerPod"`
+	PremadeClaims      int     `json:"premadeClaims,omitempty"`
+	// StampP50 and StampP99: for a workload of controllers, from the controller's create call
+	// to its pod seen (kube-controller-manager's part of the latency).
+	StampP50 time.Duration `json:"stampP50,omitempty"`
+	StampP99 time.Duration `json:"stampP99,omitempty"`
+	// ExtraPods are pods its controllers made beyond the plan (replacements); not in the figures.
+	ExtraPods int `json:"extraPods,omitempty"`
+	// ThroughputFromMade is pods bound per second from the first pod seen (made by its controller,
+	// or created by the simulator) to the last binding: Throughput without the time a Job or
+	// Deployment takes to make its first pod. Set for workloads of controllers.
+	ThroughputFromMade float64 `json:"throughputFromMade,omitempty"`
 	// PeakRSSBytes of all processes together (cluster, components and this one).
 	PeakRSSBytes     int64            `json:"peakRSSBytes"`
 	PeakRSSByProcess map[string]int64 `json:"peakRSSByProcess"`
@@ -199,13 +223,15 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 
 func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResult, err error) {
 	s := o.Scenario
-	stock := mode != ModeGPU // both baselines run the stock kube-scheduler
+	stock := mode == ModeStock || mode == ModeDRA // both baselines run the stock kube-scheduler
 	withDRA := mode == ModeDRA
+	// The gpu-scheduler and stock runs play the controllers; the pre-made run plays their pods.
+	controllers := len(s.Spec.Workload.Controllers) > 0 && mode != ModePremade
 	logger := klog.FromContext(ctx).WithValues("mode", mode)
 	ctx = klog.NewContext(ctx, logger)
 	res := &RunResult{Mode: mode, PeakRSSByProcess: map[string]int64{}}
 	began := time.Now()
-	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeDRA: "dra"}[mode]
+	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeDRA: "dra", ModePremade: "premade"}[mode]
 	bar := newProgress(o.Progress, mode)
 	run := runID(short, began)
 	external := kubeconfig != ""
@@ -268,6 +294,14 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 			return nil, fmt.Errorf("creating namespace %s: %w", n, err)
 		}
 	}
+	// The garbage collector must know GpuClaims before the workload (waitGCKnowsClaims); its
+	// probe runs alongside the setup and is waited for before the clock starts.
+	gcKnows := make(chan error, 1)
+	if controllers && !stock {
+		go func() { gcKnows <- waitGCKnowsClaims(ctx, cs, gcs, ns, run) }()
+	} else {
+		gcKnows <- nil
+	}
 	bar.phase("creating nodes")
 	nodes, _ := s.TotalNodes()
 	for _, p := range s.Spec.NodePools {
@@ -309,6 +343,10 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 
 	// The recorder's clock starts now; the workload's offsets are taken from t0 below.
 	rec := newRecorder(time.Now())
+	plan := scenario.Expand(s)
+	if controllers {
+		rec.useSlots(plan)
+	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	if err := rec.watch(watchCtx, cs, gcs, ns, withDRA); err != nil {
@@ -331,7 +369,6 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 			return nil, fmt.Errorf("waiting for the agent fleet to publish %d ResourceSlices (have %d): %w", nodes, fleet.SlicesPublished(), err)
 		}
 	}
-	plan := scenario.Expand(s)
 	var sched *launch.Scheduler
 	schedOpts := launch.SchedulerOptions{Name: "gpu-scheduler", LeaseNamespace: LeaseNamespace, NodeStrategy: s.Spec.Scheduler.NodeStrategy, QPS: float32(s.Spec.Scheduler.QPS), Profiling: o.Profile}
 	if !stock {
@@ -347,9 +384,17 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		if _, err := launch.StartController(ctx, c, launch.ControllerOptions{}); err != nil {
 			return nil, err
 		}
-		bar.phase(fmt.Sprintf("creating %d GpuClaims", len(plan)))
-		if err := createClaims(ctx, gcs, plan, ns, run); err != nil {
-			return nil, err
+		if controllers {
+			bar.phase(fmt.Sprintf("creating %d GpuClaimTemplates", len(s.Spec.Workload.ClaimTemplates)))
+			if err := createClaimTemplates(ctx, gcs, s, ns, run); err != nil {
+				return nil, err
+			}
+		} else {
+			bar.phase(fmt.Sprintf("creating %d GpuClaims", len(plan)))
+			if err := createClaims(ctx, gcs, plan, ns, run); err != nil {
+				return nil, err
+			}
+			res.PremadeClaims = len(plan)
 		}
 	}
 	if withDRA {
@@ -358,6 +403,12 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 			return nil, err
 		}
 		res.Notes = append(res.Notes, draGaps(plan)...)
+	}
+	if controllers && !stock {
+		bar.phase("waiting for the garbage collector to know GpuClaims")
+	}
+	if err := <-gcKnows; err != nil {
+		return nil, err
 	}
 	res.Setup = time.Since(began)
 
@@ -370,7 +421,11 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		workers = 64
 	}
 	pl := &player{cs: cs, rec: rec, plan: plan, ns: ns, run: run, mode: mode, serial: s.Spec.Workload.Deterministic, workers: workers}
+	if controllers {
+		pl.controllers = s.Spec.Workload.Controllers
+	}
 	t0 := rec.now()
+	pl.t0 = t0
 	for i := range pl.plan {
 		pl.plan[i].At += t0
 		if pl.plan[i].DeleteAt > 0 {
@@ -480,6 +535,19 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		res.Notes = append(res.Notes, fmt.Sprintf("kube-controller-manager made %d ResourceClaims for the %d pods created; %d of them for pods that had already finished (a finished pod's claim is deleted, and the delete brings the pod back to the resource-claim controller, which makes the claim anew from the template)", made, pl.created.Load(), late))
 	}
 	res.CreateErrors = pl.createErrors.Load()
+	if len(s.Spec.Workload.Controllers) > 0 {
+		if first, ok := rec.firstSeen(); ok && res.Metrics.Bound > 0 {
+			if span := (res.Metrics.LastBound - (first - t0)).Seconds(); span > 0 {
+				res.ThroughputFromMade = float64(res.Metrics.Bound) / span
+			}
+		}
+	}
+	if controllers {
+		res.StampP50, res.StampP99, res.ExtraPods = rec.stamping()
+		if res.ExtraPods > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("the Jobs and Deployments made %d pods beyond their replicas (replacements); they are not in the figures", res.ExtraPods))
+		}
+	}
 	if res.CreateErrors > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d pod creates failed (see the log)", res.CreateErrors))
 	}
@@ -533,7 +601,13 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 			res.Events += v
 		}
 	}
+	for k, v := range diff {
+		if k.Resource == "gpuclaims" && k.Subresource == "" && k.Verb == "POST" {
+			res.ClaimCreates += v
+		}
+	}
 	if b := float64(res.Metrics.Bound); b > 0 {
+		res.ClaimCreatesPerPod = res.ClaimCreates / b
 		res.SchedulingWritesPerPod = res.SchedulingWrites / b
 		res.EventsPerPod = res.Events / b
 		res.AgentWritesPerPod = res.AgentWrites / b
@@ -562,6 +636,13 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	stopFleet()
 	stopWatch()
 	bar.phase("deleting the workload")
+	if controllers {
+		if err := deleteControllers(ctx, cs, ns, run); err != nil {
+			return nil, err
+		}
+		// The controllers' pods have names of their making: the sweep by run label finds them.
+		plan = nil
+	}
 	if err := deleteWorkload(ctx, cs, ns, run, plan); err != nil {
 		return nil, err
 	}
@@ -584,6 +665,20 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 			case <-time.After(backoff.Step()):
 			}
 		}
+	}
+	if len(s.Spec.Workload.Controllers) > 0 {
+		if !controllers {
+			// The user deletes hand-made claims; templated ones go with their pods.
+			if err := gcs.GpuV1().GpuClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: LabelRun + "=" + run}); err != nil {
+				return nil, fmt.Errorf("deleting the pre-made GpuClaims in %s: %w", ns, err)
+			}
+		}
+		bar.phase("counting the GpuClaims and pods left")
+		claims, pods, err := leftovers(ctx, cs, gcs, ns, 2*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		res.ClaimsLeft, res.PodsLeft = &claims, &pods
 	}
 	res.Teardown = time.Since(t)
 	bar.phase("")

@@ -41,7 +41,7 @@ const (
 // its claim; for the stock scheduler it asks for nvidia.com/gpu, or with DRA for a claim from
 // its shape's ResourceClaimTemplate, and turns the claim's selector into a nodeSelector.
 func buildPod(p scenario.PodPlan, ns, run, mode string) *corev1.Pod {
-	stock := mode != ModeGPU
+	stock := isStock(mode)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: ns,
@@ -88,6 +88,10 @@ func buildPod(p scenario.PodPlan, ns, run, mode string) *corev1.Pod {
 	pod.Annotations[gpuv1.AnnotationClaim] = p.Name
 	return pod
 }
+
+// isStock tells whether a mode's pods go to the stock kube-scheduler (both baselines) rather
+// than to gpu-scheduler (its own run and the pre-made-claims yardstick).
+func isStock(mode string) bool { return mode == ModeStock || mode == ModeDRA }
 
 // buildClaim makes the GpuClaim of one plan entry (named like its pod).
 func buildClaim(p scenario.PodPlan, ns, run string) *gpuv1.GpuClaim {
@@ -163,6 +167,9 @@ type player struct {
 	mode    string
 	serial  bool
 	workers int
+	// controllers, when set, are created instead of the plan's pods; t0 is the workload's start.
+	controllers []scenario.Controller
+	t0          time.Duration
 
 	createErrors atomic.Int64
 	created      atomic.Int64
@@ -207,6 +214,10 @@ func (pl *player) create(ctx context.Context, p scenario.PodPlan) {
 
 // play creates every pod; it returns when all are created (not bound).
 func (pl *player) play(ctx context.Context) error {
+	if len(pl.controllers) > 0 {
+		pl.deletesDone.Store(true) // controllers' pods have no deleteAt
+		return pl.playControllers(ctx, pl.controllers)
+	}
 	go pl.deletes(ctx)
 	if pl.serial {
 		for _, p := range pl.plan {

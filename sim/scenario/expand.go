@@ -28,12 +28,22 @@ type PodPlan struct {
 	// CPUMilli and MemoryMiB the pod requests; 0 for the simulator's defaults.
 	CPUMilli  int `json:"cpuMilli,omitempty"`
 	MemoryMiB int `json:"memoryMiB,omitempty"`
+	// Controller is the Job or Deployment whose pod this is (a slot: the controller names the
+	// pod itself; Name is the pod's name only when it is played as a bare pod), Template the
+	// GpuClaimTemplate its pod template names. Empty for bare pods.
+	Controller string `json:"controller,omitempty"`
+	Template   string `json:"template,omitempty"`
+	// Index is the pod's place among its controller's pods (0-based).
+	Index int `json:"index,omitempty"`
 }
 
 // Expand returns the workload's pods ordered by arrival. The result depends only on the
 // scenario (and so its seed): the same file always gives the same list.
 func Expand(s *Scenario) []PodPlan {
 	w := s.Spec.Workload
+	if len(w.Controllers) > 0 {
+		return expandControllers(w)
+	}
 	if len(w.Trace) > 0 {
 		out := make([]PodPlan, 0, len(w.Trace))
 		gangSize := map[string]int{}
@@ -102,6 +112,47 @@ func Expand(s *Scenario) []PodPlan {
 		}
 	}
 	return out
+}
+
+// expandControllers gives each Job and Deployment one plan entry per pod, all at its creation
+// offset, named <controller>-<index>.
+func expandControllers(w Workload) []PodPlan {
+	claims := map[string]ClaimSpec{}
+	for _, t := range w.ClaimTemplates {
+		claims[t.Name] = t.Claim
+	}
+	var out []PodPlan
+	for _, c := range w.Controllers {
+		for i := range c.Replicas {
+			out = append(out, PodPlan{
+				Name: fmt.Sprintf("%s-%d", c.Name, i), At: c.At.Duration, Kind: c.Name,
+				Claim: cloneClaim(claims[c.ClaimTemplate]), Duration: c.Duration.Duration,
+				Controller: c.Name, Template: c.ClaimTemplate, Index: i,
+			})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out
+}
+
+// Controller returns the workload's Job or Deployment of that name.
+func (w *Workload) Controller(name string) (Controller, bool) {
+	for _, c := range w.Controllers {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Controller{}, false
+}
+
+// ClaimTemplate returns the workload's claim template of that name.
+func (w *Workload) ClaimTemplate(name string) (ClaimTemplate, bool) {
+	for _, t := range w.ClaimTemplates {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return ClaimTemplate{}, false
 }
 
 func cloneClaim(c ClaimSpec) ClaimSpec {

@@ -26,6 +26,9 @@ type goldenPod struct {
 	DeleteAt string    `json:"deleteAt,omitempty"`
 	Gang     string    `json:"gang,omitempty"`
 	GangSize int       `json:"gangSize,omitempty"`
+	// Controller and Template: the pod is a slot of a Job or Deployment naming that template.
+	Controller string `json:"controller,omitempty"`
+	Template   string `json:"template,omitempty"`
 }
 
 type golden struct {
@@ -50,7 +53,7 @@ func render(t *testing.T, s *Scenario) []byte {
 	sum := Summarize(plan)
 	g := golden{Scenario: s, Pods: sum.Pods, GPUs: sum.GPUs, ByKind: sum.ByKind, Span: sum.Span.String()}
 	for _, p := range plan[:min(8, len(plan))] {
-		g.First = append(g.First, goldenPod{Name: p.Name, At: p.At.String(), Kind: p.Kind, Claim: p.Claim, Duration: str(p.Duration), DeleteAt: str(p.DeleteAt), Gang: p.Gang, GangSize: p.GangSize})
+		g.First = append(g.First, goldenPod{Name: p.Name, At: p.At.String(), Kind: p.Kind, Claim: p.Claim, Duration: str(p.Duration), DeleteAt: str(p.DeleteAt), Gang: p.Gang, GangSize: p.GangSize, Controller: p.Controller, Template: p.Template})
 	}
 	out, err := yaml.Marshal(g)
 	if err != nil {

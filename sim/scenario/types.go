@@ -112,6 +112,47 @@ type Workload struct {
 	// Deterministic creates one pod at a time and waits until it is bound (or cannot be)
 	// before creating the next, so that the same seed also gives the same placements.
 	Deterministic bool `json:"deterministic,omitempty"`
+	// ClaimTemplates are the GpuClaimTemplates the controllers' pod templates name.
+	ClaimTemplates []ClaimTemplate `json:"claimTemplates,omitempty"`
+	// Controllers are Jobs and Deployments whose pod template names a claim template:
+	// kube-controller-manager stamps out their pods and gpu-controller makes each pod's claim.
+	// They replace pods, arrival, bursts, mix and trace.
+	Controllers []Controller `json:"controllers,omitempty"`
+}
+
+// ClaimTemplate is one GpuClaimTemplate of the workload.
+type ClaimTemplate struct {
+	// Name of the GpuClaimTemplate object.
+	Name string `json:"name"`
+	// Claim is the spec of every claim made from it (for the stock scheduler: nvidia.com/gpu:
+	// count and the selector as a nodeSelector).
+	Claim ClaimSpec `json:"claim"`
+}
+
+// Controller kinds.
+const (
+	ControllerJob        = "Job"
+	ControllerDeployment = "Deployment"
+)
+
+// Controller is one Job or Deployment of the workload.
+type Controller struct {
+	// Kind is Job or Deployment.
+	Kind string `json:"kind"`
+	// Name of the object; its pods are named after it by its controller.
+	Name string `json:"name"`
+	// At is when the object is created, from the start of the workload.
+	At Duration `json:"at"`
+	// Replicas is a Deployment's replicas, or a Job's completions and parallelism (all its pods
+	// run at once).
+	Replicas int `json:"replicas"`
+	// Indexed makes a Job's completionMode Indexed (each pod gets a completion index).
+	Indexed bool `json:"indexed,omitempty"`
+	// ClaimTemplate names an entry of claimTemplates.
+	ClaimTemplate string `json:"claimTemplate"`
+	// Duration is how long each pod of a Job runs (kwok then completes it); 0 runs until the
+	// end. A Deployment's pods always run until the end.
+	Duration Duration `json:"duration,omitzero"`
 }
 
 // Arrival process kinds.
@@ -234,9 +275,17 @@ type Expectations struct {
 	MaxGangIdleGPUSeconds *float64 `json:"maxGangIdleGPUSeconds,omitempty"`
 	// AllScheduledWithin: every pod is bound by this offset from the start of the workload.
 	AllScheduledWithin *Duration `json:"allScheduledWithin,omitzero"`
+	// MaxClaimsLeft and MaxPodsLeft: GpuClaims and pods left in the workload's namespace after
+	// the run deleted its Jobs and Deployments. Counted, and default 0, for workloads of
+	// controllers: a claim made from a template must go with its pod.
+	MaxClaimsLeft *int `json:"maxClaimsLeft,omitempty"`
+	MaxPodsLeft   *int `json:"maxPodsLeft,omitempty"`
+	// MinThroughputVsPremade: the templated run's throughput over the pre-made-claims run's
+	// (baseline.premadeClaims), e.g. 0.9.
+	MinThroughputVsPremade *float64 `json:"minThroughputVsPremade,omitempty"`
 }
 
-// Baseline configures the stock kube-scheduler comparison.
+// Baseline configures the comparison runs.
 type Baseline struct {
 	// Disabled skips the baseline runs (nvidia.com/gpu and DRA).
 	Disabled bool `json:"disabled,omitempty"`
@@ -244,6 +293,10 @@ type Baseline struct {
 	// Resource Allocation (ResourceSlices published from the agents' discovery, a
 	// ResourceClaimTemplate per claim shape). Off by default: it costs a third cluster.
 	DRA bool `json:"dra,omitempty"`
+	// PremadeClaims, for a workload of controllers, adds a gpu-scheduler run of the same pods
+	// (count, claims, arrival) as bare pods naming claims made before the clock, on a fresh
+	// cluster: what the claim templates cost against hand-made claims.
+	PremadeClaims bool `json:"premadeClaims,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s", "1m30s").

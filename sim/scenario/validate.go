@@ -88,6 +88,9 @@ func (s *Scenario) Default() {
 			defaultClaim(e.Claim)
 		}
 	}
+	for i := range w.ClaimTemplates {
+		defaultClaim(&w.ClaimTemplates[i].Claim)
+	}
 	for i := range s.Spec.Faults {
 		f := &s.Spec.Faults[i]
 		if f.Type == FaultGPUUnhealthy && f.Fault == "" {
@@ -107,6 +110,10 @@ func (s *Scenario) Default() {
 	zero(&e.MaxDoubleBookedGPUs)
 	zero(&e.MaxUnhealthyAllocations)
 	zero(&e.MaxLeasesLeft)
+	if len(w.Controllers) > 0 {
+		zero(&e.MaxClaimsLeft)
+		zero(&e.MaxPodsLeft)
+	}
 	if s.Spec.Timeout.Duration == 0 {
 		s.Spec.Timeout = D(DefaultTimeout)
 	}
@@ -154,6 +161,8 @@ func (c *checker) validate(s *Scenario) {
 		"spec.expectations.maxUnhealthyAllocations": e.MaxUnhealthyAllocations,
 		"spec.expectations.maxLeasesLeft":           e.MaxLeasesLeft,
 		"spec.expectations.maxPartialGangs":         e.MaxPartialGangs,
+		"spec.expectations.maxClaimsLeft":           e.MaxClaimsLeft,
+		"spec.expectations.maxPodsLeft":             e.MaxPodsLeft,
 	} {
 		if v != nil && *v < 0 {
 			c.add(path, "must not be negative, got %d", *v)
@@ -161,6 +170,25 @@ func (c *checker) validate(s *Scenario) {
 	}
 	if r := e.MinIslandLocalRatio; r != nil && (*r < 0 || *r > 1) {
 		c.add("spec.expectations.minIslandLocalRatio", "must be a ratio between 0 and 1, got %g; write 0.95 for 95%%", *r)
+	}
+	if r := e.MinThroughputVsPremade; r != nil {
+		switch {
+		case *r <= 0:
+			c.add("spec.expectations.minThroughputVsPremade", "must be positive, got %g; write 0.9 for 90%%", *r)
+		case !s.Spec.Baseline.PremadeClaims:
+			c.add("spec.expectations.minThroughputVsPremade", "needs the run with pre-made claims; set spec.baseline.premadeClaims: true")
+		}
+	}
+	if len(s.Spec.Workload.Controllers) == 0 {
+		if e.MaxClaimsLeft != nil {
+			c.add("spec.expectations.maxClaimsLeft", "is counted only for a workload of controllers (spec.workload.controllers); remove it")
+		}
+		if e.MaxPodsLeft != nil {
+			c.add("spec.expectations.maxPodsLeft", "is counted only for a workload of controllers (spec.workload.controllers); remove it")
+		}
+	}
+	if s.Spec.Baseline.PremadeClaims && len(s.Spec.Workload.Controllers) == 0 {
+		c.add("spec.baseline.premadeClaims", "compares claim templates with pre-made claims, so it needs spec.workload.controllers; remove it")
 	}
 	if v := e.MaxGangIdleGPUSeconds; v != nil && *v < 0 {
 		c.add("spec.expectations.maxGangIdleGPUSeconds", "must not be negative, got %g", *v)
@@ -251,9 +279,13 @@ func (c *checker) validateWorkload(w *Workload, pools []NodePool) {
 	if len(w.Trace) > 0 && generated {
 		c.add(p+".trace", "a trace lists every pod itself; remove pods, arrival and bursts, or remove the trace")
 	}
-	if len(w.Trace) == 0 && !generated {
-		c.add(p, "no pods: give pods with an arrival rate, bursts, or an explicit trace")
+	if len(w.Controllers) > 0 && (generated || len(w.Trace) > 0 || len(w.Mix) > 0) {
+		c.add(p+".controllers", "Jobs and Deployments make their own pods; remove pods, arrival, bursts, mix and trace, or remove controllers")
 	}
+	if len(w.Trace) == 0 && !generated && len(w.Controllers) == 0 {
+		c.add(p, "no pods: give pods with an arrival rate, bursts, an explicit trace, or controllers")
+	}
+	c.validateControllers(w, pools)
 	if w.Pods < 0 {
 		c.add(p+".pods", "must not be negative, got %d", w.Pods)
 	}
@@ -368,6 +400,82 @@ func (c *checker) validateWorkload(w *Workload, pools []NodePool) {
 		} else if len(idx) > MaxGangSize {
 			c.add(fmt.Sprintf("%s.trace[%d].gang", p, idx[0]), "gang %q has %d pods; at most %d", g, len(idx), MaxGangSize)
 		}
+	}
+}
+
+// validateControllers checks the claim templates and the Jobs and Deployments that name them.
+func (c *checker) validateControllers(w *Workload, pools []NodePool) {
+	const p = "spec.workload"
+	templates := map[string]bool{}
+	var known []string
+	for i, t := range w.ClaimTemplates {
+		tp := fmt.Sprintf("%s.claimTemplates[%d]", p, i)
+		// The claim is named <pod>-<template>; a DNS label keeps it readable.
+		if msgs := validation.IsDNS1123Label(t.Name); len(msgs) > 0 || len(t.Name) > 40 {
+			c.add(tp+".name", "%q is not a valid template name; use at most 40 lower-case letters, digits and '-'", t.Name)
+		}
+		if templates[t.Name] {
+			c.add(tp+".name", "template %q is defined twice; give each its own name", t.Name)
+		}
+		if !templates[t.Name] {
+			known = append(known, t.Name)
+		}
+		templates[t.Name] = true
+		c.validateClaim(tp+".claim", &w.ClaimTemplates[i].Claim, pools)
+	}
+	if len(w.ClaimTemplates) > 0 && len(w.Controllers) == 0 {
+		c.add(p+".claimTemplates", "no controller names a template; add controllers (Jobs or Deployments) or remove claimTemplates")
+	}
+	names := map[string]bool{}
+	total := 0
+	for i, ctl := range w.Controllers {
+		cp := fmt.Sprintf("%s.controllers[%d]", p, i)
+		// Pods are named <name>-<hash or index>-<5 characters>, and a Job's name is a label value.
+		if msgs := validation.IsDNS1123Label(ctl.Name); len(msgs) > 0 || len(ctl.Name) > 40 {
+			c.add(cp+".name", "%q is not a valid name; use at most 40 lower-case letters, digits and '-'", ctl.Name)
+		}
+		if names[ctl.Name] {
+			c.add(cp+".name", "%q is used twice; give each Job and Deployment its own name", ctl.Name)
+		}
+		names[ctl.Name] = true
+		switch ctl.Kind {
+		case ControllerJob:
+		case ControllerDeployment:
+			if ctl.Indexed {
+				c.add(cp+".indexed", "only a Job has completion indexes; remove it or use kind Job")
+			}
+			if ctl.Duration.Duration != 0 {
+				c.add(cp+".duration", "a Deployment's pods run until the end (its ReplicaSet would replace a finished one); remove it or use kind Job")
+			}
+		default:
+			c.add(cp+".kind", "%q is unknown; use %s or %s", ctl.Kind, ControllerJob, ControllerDeployment)
+		}
+		if ctl.Replicas < 1 {
+			c.add(cp+".replicas", "must be at least 1, got %d", ctl.Replicas)
+		}
+		total += max(ctl.Replicas, 0)
+		if ctl.At.Duration < 0 {
+			c.add(cp+".at", "must not be negative, got %s", ctl.At.Duration)
+		}
+		if ctl.Duration.Duration < 0 {
+			c.add(cp+".duration", "must not be negative, got %s", ctl.Duration.Duration)
+		}
+		switch {
+		case ctl.ClaimTemplate == "":
+			c.add(cp+".claimTemplate", "is required: name one of spec.workload.claimTemplates")
+		case !templates[ctl.ClaimTemplate]:
+			if len(known) == 0 {
+				c.add(cp+".claimTemplate", "%q is not defined; add it to spec.workload.claimTemplates", ctl.ClaimTemplate)
+			} else {
+				c.add(cp+".claimTemplate", "%q is not in spec.workload.claimTemplates; use one of %s", ctl.ClaimTemplate, oneOf(known...))
+			}
+		}
+	}
+	if total > MaxPods {
+		c.add(p+".controllers", "%d pods in all; one run plays at most %d", total, MaxPods)
+	}
+	if len(w.Controllers) > 0 && w.Deterministic {
+		c.add(p+".deterministic", "controllers create their pods themselves, so they cannot be played one at a time; remove deterministic")
 	}
 }
 
