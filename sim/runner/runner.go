@@ -535,13 +535,6 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		res.Notes = append(res.Notes, fmt.Sprintf("kube-controller-manager made %d ResourceClaims for the %d pods created; %d of them for pods that had already finished (a finished pod's claim is deleted, and the delete brings the pod back to the resource-claim controller, which makes the claim anew from the template)", made, pl.created.Load(), late))
 	}
 	res.CreateErrors = pl.createErrors.Load()
-	if len(s.Spec.Workload.Controllers) > 0 {
-		if first, ok := rec.firstSeen(); ok && res.Metrics.Bound > 0 {
-			if span := (res.Metrics.LastBound - (first - t0)).Seconds(); span > 0 {
-				res.ThroughputFromMade = float64(res.Metrics.Bound) / span
-			}
-		}
-	}
 	if controllers {
 		res.StampP50, res.StampP99, res.ExtraPods = rec.stamping()
 		if res.ExtraPods > 0 {
@@ -560,6 +553,14 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	in := collect(rec, plan, topologies, t0, end, mode == ModeStock)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
+	// From the first pod made: needs the bound figures, so after Compute.
+	if len(s.Spec.Workload.Controllers) > 0 {
+		if first, ok := rec.firstSeen(); ok && res.Metrics.Bound > 0 {
+			if span := (res.Metrics.LastBound - (first - t0)).Seconds(); span > 0 {
+				res.ThroughputFromMade = float64(res.Metrics.Bound) / span
+			}
+		}
+	}
 	if mode == ModeStock {
 		naive := in
 		naive.StockPick = nil
