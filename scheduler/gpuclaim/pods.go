@@ -170,6 +170,15 @@ func (w *waitingPods) add(pod *v1.Pod, claim, gang string) {
 	w.mu.Unlock()
 }
 
+// addIfAbsent registers a pod unless it already waits (keeping the gang it waits with).
+func (w *waitingPods) addIfAbsent(pod *v1.Pod, claim string) {
+	w.mu.Lock()
+	if _, ok := w.pods[pod.UID]; !ok {
+		w.pods[pod.UID] = waitingPod{pod: pod, claim: claim}
+	}
+	w.mu.Unlock()
+}
+
 func (w *waitingPods) remove(uid types.UID) {
 	w.mu.Lock()
 	delete(w.pods, uid)

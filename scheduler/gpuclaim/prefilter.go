@@ -53,6 +53,14 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("pod %s/%s has an empty %s annotation; set it to the name of a GpuClaim in namespace %s", pod.Namespace, pod.Name, apiv1.AnnotationClaim, pod.Namespace)), metrics.ReasonInvalidPod
 	}
+	if templated {
+		// Registered before the claim is read, not only after the rejection below: a claim
+		// the controller adds between this read and that registration would otherwise find no
+		// waiting pod to activate, and the pod would sit in the unschedulable pool until the
+		// queue's periodic flush. Activating a pod still in this cycle is recorded by the
+		// queue and requeues it as soon as the cycle rejects it.
+		p.waiting.addIfAbsent(pod, claimKey(pod.Namespace, name))
+	}
 	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
 	if templated && apierrors.IsNotFound(err) {
 		// The claim controller has not made it yet (or the template is missing: it says so in
