@@ -12,6 +12,7 @@ package claimtemplate
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -134,16 +134,11 @@ func claimFor(pod *corev1.Pod, tmpl *apiv1.GpuClaimTemplate, name string) *apiv1
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
 			Namespace:   pod.Namespace,
-			Labels:      copyMap(tmpl.Spec.Metadata.Labels),
-			Annotations: copyMap(tmpl.Spec.Metadata.Annotations),
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         "v1",
-				Kind:               "Pod",
-				Name:               pod.Name,
-				UID:                pod.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
+			Labels:      maps.Clone(tmpl.Spec.Metadata.Labels),
+			Annotations: maps.Clone(tmpl.Spec.Metadata.Annotations),
+			// Controller and BlockOwnerDeletion: the garbage collector deletes the claim with
+			// its pod, and a foreground delete of the pod waits for it.
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pod, corev1.SchemeGroupVersion.WithKind("Pod"))},
 		},
 		Spec: *tmpl.Spec.Spec.DeepCopy(),
 	}
@@ -158,15 +153,4 @@ func controlledBy(claim *apiv1.GpuClaim, pod *corev1.Pod) bool {
 
 func (r *Reconciler) warn(pod *corev1.Pod, reason, format string, args ...any) {
 	r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "MakeClaim", format, args...)
-}
-
-func copyMap(m map[string]string) map[string]string {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
