@@ -39,6 +39,11 @@ type Args struct {
 	// GangWaitSeconds is how long a placed gang member waits in Permit for the rest of its
 	// gang before the whole gang's reservations are released and it is retried. Default 60.
 	GangWaitSeconds *int32 `json:"gangWaitSeconds,omitempty"`
+	// MaxCandidateNodes caps how many nodes PreFilter offers a pod: the best-placed ones for
+	// the binpack and spread strategies (the fullest, or emptiest, that still fit), best fit
+	// tier first. When all of them fail another plugin's filter, the pod's next attempt is
+	// offered every node. 0: no cap. Default 100 (DefaultMaxCandidateNodes).
+	MaxCandidateNodes *int32 `json:"maxCandidateNodes,omitempty"`
 }
 
 // ArgsKind is the kind of the plugin's args.
@@ -63,6 +68,9 @@ func SetDefaultsArgs(a *Args) {
 	}
 	if a.GangWaitSeconds == nil {
 		a.GangWaitSeconds = ptr.To[int32](60)
+	}
+	if a.MaxCandidateNodes == nil {
+		a.MaxCandidateNodes = ptr.To[int32](DefaultMaxCandidateNodes)
 	}
 }
 
@@ -94,6 +102,9 @@ func ValidateArgs(path *field.Path, a *Args) error {
 	// The framework caps a Permit wait at 15 minutes.
 	if a.GangWaitSeconds == nil || *a.GangWaitSeconds < 1 || *a.GangWaitSeconds > 900 {
 		errs = append(errs, field.Invalid(path.Child("gangWaitSeconds"), ptr.Deref(a.GangWaitSeconds, 0), "must be between 1 and 900"))
+	}
+	if a.MaxCandidateNodes == nil || *a.MaxCandidateNodes < 0 {
+		errs = append(errs, field.Invalid(path.Child("maxCandidateNodes"), ptr.Deref(a.MaxCandidateNodes, -1), "must not be negative (0: no cap)"))
 	}
 	return errs.ToAggregate()
 }
@@ -146,6 +157,9 @@ func (a *Args) DeepCopy() *Args {
 	}
 	if a.GangWaitSeconds != nil {
 		out.GangWaitSeconds = ptr.To(*a.GangWaitSeconds)
+	}
+	if a.MaxCandidateNodes != nil {
+		out.MaxCandidateNodes = ptr.To(*a.MaxCandidateNodes)
 	}
 	return out
 }

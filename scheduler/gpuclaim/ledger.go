@@ -184,7 +184,23 @@ const (
 // fits judges a node for a request. It agrees with allocator.Allocate on whether the node can
 // serve the request at all; the tiers above fitNode only say how well.
 func (s *nodeSummary) fits(req *allocator.Request) fit {
-	total, best, bestBW := 0, 0, 0
+	f, _ := s.fitsWithFree(req)
+	return f
+}
+
+// room is how much a node would have left around a request: the GPUs of the tightest island
+// that can hold it (of the node when none can), and of the whole node; PreFilter offers the
+// tightest fits first (candidates.go).
+type room struct {
+	island, node int
+}
+
+// fitsWithFree is fits, and the node's room for the request: the GPUs it could take at all
+// (free, or shareable for a Shared request, at any bandwidth) in the tightest island that holds
+// the request at the fit found, and on the whole node.
+func (s *nodeSummary) fitsWithFree(req *allocator.Request) (fit, room) {
+	total, best, bestBW, all := 0, 0, 0, 0
+	tight, tightBW := -1, -1 // GPUs of the smallest island that holds the request (at the bandwidth)
 	for i := range s.islands {
 		bws, lowest := s.islands[i].free, s.islands[i].minFree
 		if req.Exclusivity == allocator.Shared {
@@ -199,8 +215,15 @@ func (s *nodeSummary) fits(req *allocator.Request) fit {
 				}
 			}
 		}
+		all += n
+		if atBW >= req.Count && (tightBW < 0 || len(bws) < tightBW) {
+			tightBW = len(bws)
+		}
 		if req.Topology == allocator.Required {
 			n = atBW
+		}
+		if n >= req.Count && (tight < 0 || len(bws) < tight) {
+			tight = len(bws)
 		}
 		total += n
 		best = max(best, n)
@@ -209,17 +232,17 @@ func (s *nodeSummary) fits(req *allocator.Request) fit {
 	switch {
 	case req.Topology == allocator.Required:
 		if best >= req.Count {
-			return fitIslandBandwidth
+			return fitIslandBandwidth, room{tightBW, all}
 		}
-		return fitNone
+		return fitNone, room{}
 	case total < req.Count:
-		return fitNone
+		return fitNone, room{}
 	case bestBW >= req.Count:
-		return fitIslandBandwidth
+		return fitIslandBandwidth, room{tightBW, all}
 	case best >= req.Count:
-		return fitIsland
+		return fitIsland, room{tight, all}
 	default:
-		return fitNode
+		return fitNode, room{all, all}
 	}
 }
 
@@ -410,9 +433,15 @@ func requestKey(r *allocator.Request) string {
 	return fmt.Sprintf("%d/%d/%d/%d/%d/%v/%v", r.Count, r.Policy, r.Exclusivity, r.Topology, r.MinBandwidthGBps, r.PreferIDs, r.Pinned)
 }
 
+// candidate is a node that can serve a request, and its room for it.
+type candidate struct {
+	name string
+	room room
+}
+
 // candidates groups the nodes with a GpuNodeStatus fresher than oldest by how well they fit
 // req; keep filters nodes (selector). It scans summaries only.
-func (c *ledger) candidates(req *allocator.Request, oldest time.Time, keep func(node string) bool) (byFit [fitIslandBandwidth + 1][]string, stale int) {
+func (c *ledger) candidates(req *allocator.Request, oldest time.Time, keep func(node string) bool) (byFit [fitIslandBandwidth + 1][]candidate, stale int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for name, e := range c.nodes {
@@ -423,11 +452,11 @@ func (c *ledger) candidates(req *allocator.Request, oldest time.Time, keep func(
 			stale++
 			continue
 		}
-		f := e.sum.fits(req)
+		f, r := e.sum.fitsWithFree(req)
 		if f == fitNone || !keep(name) {
 			continue
 		}
-		byFit[f] = append(byFit[f], name)
+		byFit[f] = append(byFit[f], candidate{name: name, room: r})
 	}
 	return byFit, stale
 }

@@ -116,7 +116,9 @@ func TestLedgerCandidates(t *testing.T) {
 	if stale != 1 {
 		t.Fatalf("stale = %d, want 1", stale)
 	}
-	if !reflect.DeepEqual(by[fitIslandBandwidth], []string{"a"}) || len(by[fitNode]) != 1 || by[fitNode][0] != "b" {
+	// Each candidate carries its room: a's fast island has 4 free of the node's 7 healthy GPUs;
+	// no island of b holds the request, so its room is the node's 6 free GPUs.
+	if !reflect.DeepEqual(by[fitIslandBandwidth], []candidate{{"a", room{4, 7}}}) || !reflect.DeepEqual(by[fitNode], []candidate{{"b", room{6, 6}}}) {
 		t.Fatalf("tiers = %v", by)
 	}
 	by, _ = l.candidates(&allocator.Request{Count: 4, Topology: allocator.Required, MinBandwidthGBps: 600}, now.Add(-time.Minute), all)
@@ -124,7 +126,7 @@ func TestLedgerCandidates(t *testing.T) {
 		t.Fatalf("Required tiers = %v", by)
 	}
 	by, _ = l.candidates(&allocator.Request{Count: 2}, now.Add(-time.Minute), func(n string) bool { return n == "b" })
-	if len(by[fitIslandBandwidth]) != 1 || by[fitIslandBandwidth][0] != "b" {
+	if len(by[fitIslandBandwidth]) != 1 || by[fitIslandBandwidth][0].name != "b" {
 		t.Fatalf("selector not applied: %v", by)
 	}
 	// The summary agrees with the allocator about whether a node fits at all.

@@ -109,33 +109,45 @@ func (t *podTracker) get(uid types.UID) (podInfo, bool) {
 
 func typesUID(s string) types.UID { return types.UID(s) }
 
-// relaxations remembers, per pod, the lowest fit tier PreFilter may offer next time.
+// relaxations remembers, per pod, how PreFilter may widen its offer next time: the lowest fit
+// tier it may offer, and whether the cap on the number of offered nodes is lifted.
 type relaxations struct {
 	mu    sync.Mutex
-	tiers map[types.UID]fit
+	tiers map[types.UID]relaxation
 }
 
-func newRelaxations() *relaxations { return &relaxations{tiers: map[types.UID]fit{}} }
+type relaxation struct {
+	tier     fit
+	uncapped bool
+}
 
-// tier is the best tier PreFilter may still start from for a pod.
-func (r *relaxations) tier(uid types.UID) fit {
+func newRelaxations() *relaxations { return &relaxations{tiers: map[types.UID]relaxation{}} }
+
+// tier is the lowest tier PreFilter may offer a pod, and whether it offers every node of its
+// tiers instead of the capped best ones.
+func (r *relaxations) tier(uid types.UID) (fit, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t, ok := r.tiers[uid]; ok {
-		return t
+		return t.tier, t.uncapped
 	}
-	return fitIslandBandwidth
+	return fitIslandBandwidth, false
 }
 
-// relax lowers a pod's starting tier below the one that just failed; false when no lower
-// tier is left.
-func (r *relaxations) relax(uid types.UID, failed fit) bool {
+// relax widens a pod's next offer after every offered node failed: first every node of the
+// same tiers when the offer was capped, then the tier below the one that failed; false when
+// nothing is left to widen.
+func (r *relaxations) relax(uid types.UID, failed fit, capped bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if capped && !r.tiers[uid].uncapped {
+		r.tiers[uid] = relaxation{tier: failed, uncapped: true}
+		return true
+	}
 	if failed <= fitNode {
 		return false
 	}
-	r.tiers[uid] = failed - 1
+	r.tiers[uid] = relaxation{tier: failed - 1, uncapped: r.tiers[uid].uncapped}
 	return true
 }
 

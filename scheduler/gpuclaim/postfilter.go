@@ -12,9 +12,9 @@ import (
 )
 
 // PostFilter runs when no node passed the filters. PreFilter offered only the best fit tier
-// (nodes with a fitting free island); if those nodes all failed for another reason (a taint,
-// another plugin), this lowers the tier for the pod's next attempt and sends it straight back
-// to the active queue, so Preferred topology never leaves a pod pending that could run
+// (nodes with a fitting free island), and at most maxCandidateNodes of them; if those nodes all
+// failed for another reason (a taint, another plugin), this lifts the cap or else lowers the
+// tier for the pod's next attempt and sends it straight back to the active queue, so Preferred topology never leaves a pod pending that could run
 // elsewhere. Preemption is the stock DefaultPreemption's (it runs first), which works with GPU
 // claims through this plugin's PreFilterExtensions (prefilter.go).
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
@@ -27,7 +27,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return nil, fwk.NewStatus(fwk.Unschedulable) // no node had room: nothing to widen (PreFilter counted it)
 	}
 	metrics.Placement(metrics.ResultUnschedulable, metrics.ReasonFiltered)
-	if !p.relaxed.relax(pod.UID, s.tier) {
+	if !p.relaxed.relax(pod.UID, s.tier, s.capped) {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	logger := klog.FromContext(ctx)

@@ -22,7 +22,9 @@ import (
 // PreFilter reads and validates the pod's claim and narrows the nodes to those that can serve
 // it, best fit tier first: when any node has a free island that fits (at the bandwidth asked
 // for), only such nodes are considered, so island-local placement holds wherever it is
-// possible even when the scheduler samples a share of a large cluster.
+// possible even when the scheduler samples a share of a large cluster. Of those it offers at
+// most maxCandidateNodes, the best-placed for the node strategy (candidates.go), so that the
+// other plugins' Filter and Score do not run over thousands of nodes for every pod.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	res, st, reason := p.preFilter(ctx, cs, pod, nodes)
 	if st.IsRejected() {
@@ -41,7 +43,8 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.Skip), ""
 	}
 	logger := klog.FromContext(ctx)
-	if _, err := p.podStrategy(pod); err != nil {
+	strategy, err := p.podStrategy(pod)
+	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error()), metrics.ReasonInvalidPod
 	}
 	template, templated := templateOf(pod)
@@ -125,7 +128,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return res, st, reason
 	}
 
-	tier := p.relaxed.tier(pod.UID)
+	tier, uncapped := p.relaxed.tier(pod.UID)
 	nodes, stale := p.ledger.candidates(&req, oldest, func(node string) bool {
 		return p.nodeSelected(claim, node)
 	})
@@ -133,13 +136,13 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	// node fail another plugin's filter (a taint, say: PostFilter relaxed its tier) gets the
 	// lower tiers down to its relaxed one as well. Better tiers are never dropped: whatever
 	// turned their nodes away may be gone by now.
-	var chosen []string
+	var tiers [][]candidate
 	used := tier
 	for f := fitIslandBandwidth; f >= fitNode; f-- {
 		if len(nodes[f]) == 0 {
 			continue
 		}
-		chosen = append(chosen, nodes[f]...)
+		tiers = append(tiers, nodes[f])
 		if req.Topology == allocator.Ignore || req.Count == 1 {
 			used = fitNode // no tiers without topology: any fitting node will do
 			continue
@@ -149,12 +152,19 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			break
 		}
 	}
+	// Of those, the best-placed maxCandidateNodes (candidates.go); all of them once a capped
+	// offer failed the other filters.
+	limit := int(*p.args.MaxCandidateNodes)
+	if uncapped {
+		limit = 0
+	}
+	chosen, capped := pickCandidates(tiers, strategy, limit)
 	// A pod that still holds leases from an attempt that crashed before binding may use those
 	// GPUs again (Filter ignores its own holds), even if the summary counts them as taken.
 	if own, _ := p.ledger.holdsOf(pod.UID); own != "" && pod.Spec.NodeName == "" && !slices.Contains(chosen, own) && p.nodeSelected(claim, own) {
 		chosen = append(chosen, own)
 	}
-	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, gang: gangKey(claim), offered: len(chosen) > 0, results: newNodeResults()}
+	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, capped: capped, gang: gangKey(claim), offered: len(chosen) > 0, results: newNodeResults()}
 	// Written even when no node has room, so that preemption (a PostFilter) can ask Filter
 	// whether evicting lower-priority pods would make some.
 	cs.Write(stateKey, s)
@@ -163,7 +173,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		p.status.pending(claim, pod, msg)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg), metrics.ReasonNoFit
 	}
-	logger.V(5).Info("GPU candidates", "pod", klog.KObj(pod), "claim", key, "nodes", len(chosen))
+	logger.V(5).Info("GPU candidates", "pod", klog.KObj(pod), "claim", key, "nodes", len(chosen), "capped", capped)
 	return &fwk.PreFilterResult{NodeNames: sets.New(chosen...)}, nil, ""
 }
 

@@ -26,6 +26,9 @@ type stateData struct {
 	// tier is the fit tier PreFilter offered nodes from; PostFilter relaxes it when every
 	// node of that tier failed for other reasons (taints, selectors of other plugins).
 	tier fit
+	// capped is true when PreFilter left nodes of its tiers out (maxCandidateNodes): PostFilter
+	// offers them all next time before it lowers the tier.
+	capped bool
 	// gang is "namespace/gangRef" of the claim; empty outside a gang.
 	gang string
 	// offered is false when PreFilter found no node with room: the state is kept only so that
