@@ -31,9 +31,6 @@ import (
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
-// DefaultUsageWriteInterval is Config.UsageWriteInterval's default.
-const DefaultUsageWriteInterval = 30 * time.Second
-
 // DefaultTelemetryWritesPerMinute is Config.TelemetryWritesPerMinute's default: no writes for
 // telemetry alone. Every GPU's load moves all the time, so any budget is spent by every node:
 // at 2 a minute, 5,000 nodes made 167 GpuNodeStatus writes a second, and on a 1,000-node
@@ -64,11 +61,13 @@ type Config struct {
 	// changes (a pod's leases) becomes one write. Default 1s; negative: none.
 	MinWriteInterval time.Duration
 	// UsageWriteInterval is the shortest time between two status writes when only inUseBy
-	// changed: usage is informational (the scheduler's leases are the lock), so a node that
-	// receives a burst of pods writes once per interval instead of once per pod. Default 30s
-	// (at 5 s the agents' usage writes were a fifth of the apiserver's custom-resource writes
-	// at scale-5k, and each one also reaches every GpuNodeStatus watcher); negative:
-	// MinWriteInterval.
+	// changed: usage is informational (the scheduler's leases are the lock, and kubectl gpu
+	// reads the leases too), so it need not cause writes of its own. Default (0): the heartbeat
+	// interval, i.e. usage rides along with health writes and heartbeats and is at most a
+	// heartbeat old. At 30 s (the default until 2026-11-25) a 10,000-pod burst on 5,000 nodes
+	// made 12,200 GpuNodeStatus writes, more than its 10,000 claim status writes, and every one
+	// reaches every GpuNodeStatus watcher (docs/benchmarks.md). Negative: MinWriteInterval
+	// (usage written at once).
 	UsageWriteInterval time.Duration
 	// RecoveryQuietPeriod is how long an answering GPU must stay free of critical events
 	// before an event fault clears. Default 5m.
@@ -125,7 +124,7 @@ func (c *Config) validate() error {
 	}
 	c.MinWriteInterval = max(c.MinWriteInterval, 0)
 	if c.UsageWriteInterval == 0 {
-		c.UsageWriteInterval = DefaultUsageWriteInterval
+		c.UsageWriteInterval = c.HeartbeatInterval
 	}
 	c.UsageWriteInterval = max(c.UsageWriteInterval, 0)
 	if c.TelemetryInterval == 0 {

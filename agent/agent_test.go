@@ -361,9 +361,47 @@ func TestNVMLInitFailureWithoutHistory(t *testing.T) {
 	}
 }
 
+const usageInterval = 30 * time.Second
+
 func TestInUseByFromLeases(t *testing.T) {
-	h := newHarness(t, mock.PCIeNVLinkPairs, nvml.SUCCESS)
+	h := newHarnessWith(t, mock.PCIeNVLinkPairs, nvml.SUCCESS, func(c *agent.Config) { c.UsageWriteInterval = usageInterval })
 	h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 8 })
+	addTwoLeases(t, h)
+	h.agent.Poke()
+	// Usage alone waits for the usage write interval...
+	time.Sleep(100 * time.Millisecond)
+	if st := h.until("status", 0, func(*apiv1.GpuNodeStatus) bool { return true }); st.Status.Free != 8 {
+		t.Fatalf("inUseBy written before the usage write interval: free %d", st.Status.Free)
+	}
+	// ...then goes out (the harness steps the fake clock a second per poll).
+	st := h.until("inUseBy", int(usageInterval/time.Second)+5, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 6 })
+	if got := st.Status.Devices[1].InUseBy; len(got) != 1 || got[0] != "pod-uid-1" {
+		t.Errorf("GPU 1 inUseBy %v", got)
+	}
+	if got := st.Status.Devices[2].InUseBy; len(got) != 2 || got[0] != "pod-uid-2" {
+		t.Errorf("GPU 2 inUseBy %v", got)
+	}
+}
+
+// By default usage causes no write of its own: it goes out with the next heartbeat, not at once
+// (the harness writes any other change at once: MinWriteInterval -1).
+func TestInUseByRidesAlongWithTheHeartbeat(t *testing.T) {
+	h := newHarnessWith(t, mock.PCIeNVLinkPairs, nvml.SUCCESS, func(c *agent.Config) { c.HeartbeatInterval = time.Minute })
+	first := h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 8 })
+	addTwoLeases(t, h)
+	h.agent.Poke()
+	st := h.until("inUseBy with the heartbeat", 70, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 6 })
+	// The heartbeat comes 48-60 s after the last write (a fixed jitter of up to 20 % per node).
+	if gap := st.Status.LastHeartbeatTime.Sub(first.Status.LastHeartbeatTime.Time); gap < 48*time.Second {
+		t.Fatalf("inUseBy written %s after the previous write; want it to wait for the heartbeat (>= 48s)", gap)
+	}
+	if got := st.Status.Devices[1].InUseBy; len(got) != 1 || got[0] != "pod-uid-1" {
+		t.Errorf("GPU 1 inUseBy %v", got)
+	}
+}
+
+func addTwoLeases(t *testing.T, h *harness) {
+	t.Helper()
 	for _, l := range []*coordinationv1.Lease{
 		{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-a-1", Namespace: "gpu-scheduler", Labels: map[string]string{apiv1.LabelLeaseNode: node, apiv1.LabelLeaseGPU: "1"}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-uid-1")}},
@@ -373,19 +411,5 @@ func TestInUseByFromLeases(t *testing.T) {
 		if err := h.leases.Add(l); err != nil {
 			t.Fatal(err)
 		}
-	}
-	h.agent.Poke()
-	// Usage alone waits for the usage write interval (DefaultUsageWriteInterval)...
-	time.Sleep(100 * time.Millisecond)
-	if st := h.until("status", 0, func(*apiv1.GpuNodeStatus) bool { return true }); st.Status.Free != 8 {
-		t.Fatalf("inUseBy written before the usage write interval: free %d", st.Status.Free)
-	}
-	// ...then goes out (the harness steps the fake clock a second per poll).
-	st := h.until("inUseBy", int(agent.DefaultUsageWriteInterval/time.Second)+5, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 6 })
-	if got := st.Status.Devices[1].InUseBy; len(got) != 1 || got[0] != "pod-uid-1" {
-		t.Errorf("GPU 1 inUseBy %v", got)
-	}
-	if got := st.Status.Devices[2].InUseBy; len(got) != 2 || got[0] != "pod-uid-2" {
-		t.Errorf("GPU 2 inUseBy %v", got)
 	}
 }

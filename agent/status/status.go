@@ -135,9 +135,10 @@ type Config struct {
 	MinInterval time.Duration
 	// UsageInterval is the shortest time between two writes when only usage (inUseBy, free)
 	// changed. The scheduler never reads usage from here (its leases are the lock), so usage
-	// can lag a little; health and hardware changes still go out after MinInterval. When a
-	// burst of pods lands on a node, this turns one write per pod into one per interval. Zero
-	// means MinInterval.
+	// can lag; health and hardware changes still go out after MinInterval, carrying usage with
+	// them. When a burst of pods lands on a node, this turns one write per pod into one per
+	// interval; at Heartbeat or more, usage causes no write of its own and goes out with the
+	// next heartbeat. Zero means MinInterval.
 	UsageInterval time.Duration
 	// TelemetryInterval is the shortest time between two writes when only telemetry moved
 	// significantly (TelemetryMoved): 1/budget of a minute for a budget of writes per node per
@@ -229,10 +230,16 @@ func (w *Writer) Due(want apiv1.GpuNodeStatusStatus) time.Time {
 		return w.lastWrite.Add(w.cfg.MinInterval)
 	}
 	last := &w.last.Status
-	if last.Free != want.Free || !devicesEqual(last.Devices, want.Devices, true) {
-		return w.lastWrite.Add(max(w.cfg.UsageInterval, w.cfg.MinInterval))
-	}
 	heartbeat := last.LastHeartbeatTime.Add(w.heartbeat)
+	if last.Free != want.Free || !devicesEqual(last.Devices, want.Devices, true) {
+		// Never later than the heartbeat: with UsageInterval at the heartbeat interval, usage
+		// rides along with the heartbeat (and with any health write before it).
+		usage := w.lastWrite.Add(max(w.cfg.UsageInterval, w.cfg.MinInterval))
+		if heartbeat.Before(usage) {
+			return heartbeat
+		}
+		return usage
+	}
 	if w.cfg.TelemetryInterval > 0 && TelemetryMoved(*last, want) {
 		t := w.lastWrite.Add(max(w.cfg.TelemetryInterval, w.cfg.MinInterval))
 		if held := w.telemetryHeld.Add(w.cfg.TelemetryInterval); held.After(t) {

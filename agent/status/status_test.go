@@ -106,6 +106,40 @@ func TestDueSeparatesUsageFromHealth(t *testing.T) {
 	}
 }
 
+// With UsageInterval at the heartbeat or beyond, a usage change is due with the heartbeat and
+// written with it, not before.
+func TestUsageRidesAlongWithTheHeartbeat(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}}
+	w := status.NewWriter(status.Config{
+		Node: "n1", GPUClient: gpufake.NewSimpleClientset(), KubeClient: fake.NewSimpleClientset(node), Clock: clk,
+		Heartbeat: time.Minute, MinInterval: time.Second, UsageInterval: time.Hour,
+	})
+	dev := func(users ...string) []apiv1.Device {
+		return []apiv1.Device{{ID: 0, Health: apiv1.Healthy, InUseBy: users}, {ID: 1, Health: apiv1.Healthy}}
+	}
+	if ok, err := w.Sync(context.Background(), node, status.Summarize(dev(), "")); err != nil || !ok {
+		t.Fatalf("first Sync wrote %v, %v", ok, err)
+	}
+	at := clk.Now()
+	heartbeat := at.Add(w.HeartbeatInterval())
+	usage := status.Summarize(dev("pod-1"), "")
+	if got := w.Due(usage); !got.Equal(heartbeat) {
+		t.Fatalf("usage due +%s, want the heartbeat at +%s", got.Sub(at), heartbeat.Sub(at))
+	}
+	clk.SetTime(heartbeat.Add(-time.Second))
+	if ok, _ := w.Sync(context.Background(), node, usage); ok {
+		t.Fatal("usage written before the heartbeat")
+	}
+	clk.SetTime(heartbeat)
+	if ok, err := w.Sync(context.Background(), node, usage); err != nil || !ok {
+		t.Fatalf("usage not written with the heartbeat: %v, %v", ok, err)
+	}
+	if got := w.Last().Status.Devices[0].InUseBy; len(got) != 1 || got[0] != "pod-1" {
+		t.Fatalf("written inUseBy %v", got)
+	}
+}
+
 // Same and the usage-only comparison look at every field but the heartbeat: each field of
 // the status and of a device is changed in turn (by reflection, so a field added later is
 // covered or fails here), and only inUseBy, free and telemetry may differ for "same hardware".
