@@ -99,6 +99,10 @@ type Config struct {
 	// OnDevices, when set, is given the node's GPUs and their health on every loop (the
 	// kubelet device plugin advertises them); it must not block.
 	OnDevices func([]apiv1.Device)
+	// OnInventory, when set, is given the node's GPUs as discovered, after every discovery:
+	// the facts that stay on the node and are not in the status, such as each GPU's device
+	// minor (the device plugin hands /dev/nvidia<minor> over). It must not block.
+	OnInventory func([]topology.Device)
 }
 
 func (c *Config) validate() error {
@@ -340,6 +344,9 @@ func (a *Agent) discover(devs []gpu.Device) error {
 		return err
 	}
 	a.inventory, a.rediscover = inv, false
+	if a.cfg.OnInventory != nil {
+		a.cfg.OnInventory(inv)
+	}
 	for _, d := range inv {
 		if d.Lost != nil {
 			a.health.Probe(d.Index, d.Lost)

@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/topology"
 	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
@@ -54,12 +55,15 @@ func TestUnhealthyGPUFromNVML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var inventory []topology.Device
 	a, err := agent.New(agent.Config{
 		NodeName: nodeName, GPUs: nvmlgpu.New(srv, nvmlgpu.Options{EventWaitTimeout: 5 * time.Millisecond}),
 		GPUClient: gpufake.NewSimpleClientset(), KubeClient: kube, Nodes: corelisters.NewNodeLister(nodes), Leases: inf.GetIndexer(),
 		ProbeInterval: 20 * time.Millisecond, MinWriteInterval: -1, UsageWriteInterval: -1, RecoveryQuietPeriod: time.Hour,
+		// Both hooks run on the agent's loop, inventory first after each discovery.
+		OnInventory: func(inv []topology.Device) { inventory = inv },
 		OnDevices: func(devs []apiv1.Device) {
-			if err := p.SetGPUs(deviceplugin.FromStatus(devs)); err != nil {
+			if err := p.SetGPUs(deviceplugin.FromStatus(devs, inventory)); err != nil {
 				t.Errorf("SetGPUs: %v", err)
 			}
 		},

@@ -100,10 +100,14 @@ func (p *Plugin) containerResponse(ids []int, gpus []GPU) (*pluginapi.ContainerA
 		if i < 0 {
 			return nil, fmt.Errorf("GPU %d is not on this node", id)
 		}
-		uuids = append(uuids, gpus[i].UUID)
+		g := gpus[i]
+		if g.Minor < 0 {
+			return nil, fmt.Errorf("GPU %d (%s) has no known device node: it did not answer when the agent discovered it", id, g.UUID)
+		}
+		uuids = append(uuids, g.UUID)
 		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: p.cfg.CDIKind + "=" + deviceID(id)})
-		dev := p.cfg.DevRoot + "/nvidia" + strconv.Itoa(id)
-		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: "/dev/nvidia" + strconv.Itoa(id), HostPath: dev, Permissions: "rw"})
+		node := gpuDeviceNode(g.Minor)
+		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: "/dev/" + node, HostPath: p.cfg.DevRoot + "/" + node, Permissions: "rw"})
 	}
 	for _, c := range controlDevices {
 		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: "/dev/" + c, HostPath: p.cfg.DevRoot + "/" + c, Permissions: "rw"})

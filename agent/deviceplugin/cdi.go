@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // DefaultCDIKind is the CDI kind (vendor/class) of the devices the plugin hands over:
@@ -17,55 +19,53 @@ const DefaultCDIKind = "gpu.scheduling/gpu"
 // controlDevices are the node-wide NVIDIA device nodes every GPU container needs.
 var controlDevices = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
 
-// cdiSpec is the part of the CDI specification (v0.6.0) the plugin writes.
-type cdiSpec struct {
-	Version        string      `json:"cdiVersion"`
-	Kind           string      `json:"kind"`
-	Devices        []cdiDevice `json:"devices"`
-	ContainerEdits cdiEdits    `json:"containerEdits"`
-}
+// gpuDeviceNode is the name under /dev of the GPU whose driver minor number is minor.
+func gpuDeviceNode(minor int) string { return "nvidia" + strconv.Itoa(minor) }
 
-type cdiDevice struct {
-	Name           string   `json:"name"`
-	ContainerEdits cdiEdits `json:"containerEdits"`
-}
-
-type cdiEdits struct {
-	Env         []string        `json:"env,omitempty"`
-	DeviceNodes []cdiDeviceNode `json:"deviceNodes,omitempty"`
-}
-
-type cdiDeviceNode struct {
-	Path     string `json:"path"`
-	HostPath string `json:"hostPath,omitempty"`
-}
-
-// CDISpec renders the CDI spec for gpus: one device per GPU named by its index, carrying its
-// device node; the control devices are common to all. A runtime that resolves
-// gpu.scheduling/gpu=1 therefore exposes /dev/nvidia1 and nothing of the other GPUs.
-func (p *Plugin) CDISpec(gpus []GPU) ([]byte, error) {
-	spec := cdiSpec{Version: "0.6.0", Kind: p.cfg.CDIKind}
+// CDISpec builds the CDI spec for gpus: one device per GPU named by its index, carrying its
+// own device node (/dev/nvidia<minor>) and UUID; the control devices are common to all. A
+// runtime that resolves gpu.scheduling/gpu=1 therefore exposes GPU 1's device node and nothing
+// of the other GPUs. A GPU whose minor is unknown is left out (Allocate refuses it too). The
+// spec declares the oldest CDI version that has what it uses, so older runtimes read it.
+func (p *Plugin) CDISpec(gpus []GPU) (*cdispec.Spec, error) {
+	spec := &cdispec.Spec{Kind: p.cfg.CDIKind}
 	for _, c := range controlDevices {
 		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes,
-			cdiDeviceNode{Path: "/dev/" + c, HostPath: p.cfg.DevRoot + "/" + c})
+			&cdispec.DeviceNode{Path: "/dev/" + c, HostPath: p.cfg.DevRoot + "/" + c})
 	}
 	for _, g := range gpus {
-		n := strconv.Itoa(g.Index)
-		spec.Devices = append(spec.Devices, cdiDevice{Name: deviceID(g.Index), ContainerEdits: cdiEdits{
+		if g.Minor < 0 {
+			continue
+		}
+		node := gpuDeviceNode(g.Minor)
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: deviceID(g.Index), ContainerEdits: cdispec.ContainerEdits{
 			Env:         []string{"NVIDIA_VISIBLE_DEVICES=" + g.UUID},
-			DeviceNodes: []cdiDeviceNode{{Path: "/dev/nvidia" + n, HostPath: p.cfg.DevRoot + "/nvidia" + n}},
+			DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/" + node, HostPath: p.cfg.DevRoot + "/" + node}},
 		}})
 	}
-	return json.MarshalIndent(spec, "", "  ")
+	v, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec %s: %w", p.cfg.CDIKind, err)
+	}
+	spec.Version = v
+	return spec, nil
 }
+
+// CDISpecFile is the name of the plugin's CDI spec file in its CDI directory, as CDI names
+// them (vendor-class.json).
+func (p *Plugin) CDISpecFile() string { return strings.ReplaceAll(p.cfg.CDIKind, "/", "-") + ".json" }
 
 // WriteCDISpec writes the spec for gpus into dir (normally /var/run/cdi), atomically.
 func (p *Plugin) WriteCDISpec(dir string, gpus []GPU) error {
-	b, err := p.CDISpec(gpus)
+	spec, err := p.CDISpec(gpus)
 	if err != nil {
-		return fmt.Errorf("rendering the CDI spec: %w", err)
+		return err
 	}
-	name := filepath.Join(dir, strings.ReplaceAll(p.cfg.CDIKind, "/", "-")+".json")
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("rendering CDI spec %s: %w", p.cfg.CDIKind, err)
+	}
+	name := filepath.Join(dir, p.CDISpecFile())
 	tmp := name + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return fmt.Errorf("writing CDI spec %s: %w", tmp, err)

@@ -1,44 +1,89 @@
 package deviceplugin
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 
-	"k8s.io/client-go/listers/core/v1"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	v1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpu-scheduler/gpu-scheduler/agent/topology"
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
-// TestCDISpec checks that each CDI device carries only its own GPU's device node and UUID,
-// and that the spec is rewritten when the inventory changes but not on a health change.
+// fakeDevRoot makes a directory whose entries are character devices, as the runtime's stat of a
+// CDI host path needs: each is a bind mount of /dev/null, which the test's private mount
+// namespace (TestMain) allows without root. Unmounted when the test ends.
+func fakeDevRoot(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("/dev/null", p, "", syscall.MS_BIND, ""); err != nil {
+			t.Fatalf("bind-mounting /dev/null on %s: %v", p, err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(p, 0) })
+	}
+	return dir
+}
+
+// TestCDISpec writes the spec through the plugin, reads it back with CDI's own parser and
+// validation, and resolves GPU 1 (device minor 3) into an OCI spec as a runtime does: the
+// container gets /dev/nvidia3, the control devices and GPU 1's UUID, nothing of GPU 0. The spec
+// is rewritten when the inventory changes but not on a health change.
 func TestCDISpec(t *testing.T) {
 	dir := t.TempDir()
-	p, err := New(Config{NodeName: "n", Pods: v1.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)), CDIDir: dir})
+	devRoot := fakeDevRoot(t, append([]string{"nvidia0", "nvidia3"}, controlDevices...)...)
+	p, err := New(Config{NodeName: "n", Pods: v1.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)), CDIDir: dir, DevRoot: devRoot})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpus := []GPU{{Index: 0, UUID: "GPU-a", Healthy: true}, {Index: 1, UUID: "GPU-b", Healthy: true}}
+	gpus := []GPU{{Index: 0, UUID: "GPU-a", Minor: 0, Healthy: true}, {Index: 1, UUID: "GPU-b", Minor: 3, Healthy: true}}
 	if err := p.SetGPUs(gpus); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "gpu.scheduling-gpu.json")
-	b, err := os.ReadFile(path)
+	spec, err := cdi.ReadSpec(path, 0)
+	if err != nil {
+		t.Fatalf("CDI refuses the plugin's spec: %v", err)
+	}
+	// hostPath needs CDI 0.5.0; declaring no more lets containerd 1.7 and CRI-O read it.
+	if spec.Version != "0.5.0" || spec.GetVendor()+"/"+spec.GetClass() != DefaultCDIKind || len(spec.Devices) != 2 {
+		t.Fatalf("spec %s kind %s/%s with %d devices, want 0.5.0 %s with 2", spec.Version, spec.GetVendor(), spec.GetClass(), len(spec.Devices), DefaultCDIKind)
+	}
+
+	reg, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var spec cdiSpec
-	if err := json.Unmarshal(b, &spec); err != nil {
-		t.Fatal(err)
+	if errs := reg.GetErrors(); len(errs) > 0 {
+		t.Fatalf("CDI cache errors: %v", errs)
 	}
-	if spec.Kind != DefaultCDIKind || len(spec.Devices) != 2 {
-		t.Fatalf("spec kind %q with %d devices, want %q with 2", spec.Kind, len(spec.Devices), DefaultCDIKind)
+	ociSpec := &oci.Spec{}
+	if unresolved, err := reg.InjectDevices(ociSpec, DefaultCDIKind+"=1"); err != nil {
+		t.Fatalf("resolving %s=1 (unresolved %v): %v", DefaultCDIKind, unresolved, err)
 	}
-	d := spec.Devices[1]
-	if d.Name != "1" || len(d.ContainerEdits.DeviceNodes) != 1 || d.ContainerEdits.DeviceNodes[0].Path != "/dev/nvidia1" ||
-		d.ContainerEdits.Env[0] != "NVIDIA_VISIBLE_DEVICES=GPU-b" {
-		t.Fatalf("device 1 is %+v; want only /dev/nvidia1 and GPU-b", d)
+	var nodes []string
+	for _, d := range ociSpec.Linux.Devices {
+		nodes = append(nodes, d.Path)
 	}
+	slices.Sort(nodes)
+	if want := []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia3", "/dev/nvidiactl"}; !slices.Equal(nodes, want) {
+		t.Fatalf("GPU 1 resolves to device nodes %v, want %v", nodes, want)
+	}
+	if env := strings.Join(ociSpec.Process.Env, " "); env != "NVIDIA_VISIBLE_DEVICES=GPU-b" {
+		t.Fatalf("GPU 1 resolves to environment %q, want only its UUID", env)
+	}
+
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
@@ -54,5 +99,46 @@ func TestCDISpec(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("an inventory change did not rewrite the CDI spec: %v", err)
+	}
+}
+
+// TestDeviceNodeIsTheMinor: the container of a pod holding GPU 1, whose driver minor is 3, is
+// handed /dev/nvidia3, not /dev/nvidia1; a GPU whose minor is unknown is refused, and two GPUs
+// claiming one minor are refused.
+func TestDeviceNodeIsTheMinor(t *testing.T) {
+	p, err := New(Config{NodeName: "n", Pods: v1.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The minors come from the agent's discovery, the rest from its status.
+	status := []apiv1.Device{{ID: 0, UUID: "GPU-a", Health: apiv1.Healthy}, {ID: 1, UUID: "GPU-b", Health: apiv1.Healthy}, {ID: 2, UUID: "GPU-c", Health: apiv1.Healthy}}
+	gpus := FromStatus(status, []topology.Device{{Index: 0, Minor: 2}, {Index: 1, Minor: 3}})
+	if gpus[1].Minor != 3 || gpus[2].Minor != -1 {
+		t.Fatalf("FromStatus minors %+v, want GPU 1 minor 3 and GPU 2 unknown", gpus)
+	}
+	resp, err := p.containerResponse([]int{1}, gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range resp.Devices {
+		got = append(got, d.ContainerPath+"<-"+d.HostPath)
+	}
+	if got[0] != "/dev/nvidia3<-/dev/nvidia3" || slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, "nvidia1") }) {
+		t.Fatalf("GPU 1 (minor 3) is handed %v, want /dev/nvidia3 and no /dev/nvidia1", got)
+	}
+	if _, err := p.containerResponse([]int{2}, gpus); err == nil || !strings.Contains(err.Error(), "GPU 2 (GPU-c) has no known device node") {
+		t.Fatalf("GPU 2 without a minor: %v", err)
+	}
+	spec, err := p.CDISpec(gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Devices) != 2 || spec.Devices[1].ContainerEdits.DeviceNodes[0].Path != "/dev/nvidia3" {
+		t.Fatalf("CDI devices %+v, want GPUs 0 and 1 with GPU 1 on /dev/nvidia3", spec.Devices)
+	}
+	gpus[2].Minor = 3
+	if err := p.SetGPUs(gpus); err == nil || !strings.Contains(err.Error(), "GPUs 1 and 2 both have device minor 3") {
+		t.Fatalf("two GPUs on minor 3: %v", err)
 	}
 }

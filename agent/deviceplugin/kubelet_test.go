@@ -86,6 +86,7 @@ type node struct {
 	mu      sync.Mutex
 	active  map[types.UID]*corev1.Pod
 	gpus    []deviceplugin.GPU
+	cdiDir  string
 	mgr     *devicemanager.ManagerImpl
 	plugin  *deviceplugin.Plugin
 	stopPlg context.CancelFunc
@@ -97,10 +98,12 @@ func newNode(t *testing.T) *node {
 	return newNodeWith(t, t.Cleanup)
 }
 
-// newNodeWith starts a node whose failures go to t; cleanup registers its teardown.
+// newNodeWith starts a node whose failures go to t; cleanup registers its teardown. Its GPUs
+// are the mock pcie-nvlink-pairs server's, whose device minors are not their indexes (GPU 1 is
+// /dev/nvidia3), so every admission also checks that a GPU is handed its own device node.
 func newNodeWith(t fataler, cleanup func(func())) *node {
 	t.Helper()
-	srv, err := mock.New("dgx-a100", mock.WithSeed(nodeName))
+	srv, err := mock.New(mock.PCIeNVLinkPairs, mock.WithSeed(nodeName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,14 +115,26 @@ func newNodeWith(t fataler, cleanup func(func())) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, pods: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil), active: map[types.UID]*corev1.Pod{}}
+	var gpus []deviceplugin.GPU
 	for _, d := range devs {
 		uuid, err := d.UUID()
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.gpus = append(n.gpus, deviceplugin.GPU{Index: d.Index(), UUID: uuid, Healthy: true, NUMANode: -1})
+		minor, err := d.Minor()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpus = append(gpus, deviceplugin.GPU{Index: d.Index(), UUID: uuid, Minor: minor, Healthy: true, NUMANode: -1})
 	}
+	return startNode(t, cleanup, gpus, "")
+}
+
+// startNode starts the kubelet's device manager and the plugin over gpus; cdiDir, when set, is
+// where the plugin writes its CDI spec.
+func startNode(t fataler, cleanup func(func()), gpus []deviceplugin.GPU, cdiDir string) *node {
+	t.Helper()
+	n := &node{t: t, pods: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil), active: map[types.UID]*corev1.Pod{}, gpus: gpus, cdiDir: cdiDir}
 	n.startKubelet()
 	n.startPlugin()
 	cleanup(func() {
@@ -153,7 +168,7 @@ func (n *node) startKubelet() {
 
 func (n *node) startPlugin() {
 	p, err := deviceplugin.New(deviceplugin.Config{
-		NodeName: nodeName, Pods: corelisters.NewPodLister(n.pods), RecheckInterval: 10 * time.Millisecond,
+		NodeName: nodeName, Pods: corelisters.NewPodLister(n.pods), RecheckInterval: 10 * time.Millisecond, CDIDir: n.cdiDir,
 	})
 	if err != nil {
 		n.t.Fatal(err)
@@ -252,7 +267,8 @@ func (n *node) finish(pod *corev1.Pod) {
 }
 
 // handed reads the GPU indexes the container was given, checking that the CDI devices, the
-// device nodes and NVIDIA_VISIBLE_DEVICES all name the same GPUs.
+// device nodes (/dev/nvidia<minor>, mapped back to the GPU of that minor) and
+// NVIDIA_VISIBLE_DEVICES all name the same GPUs.
 func (n *node) handed(opts *devicemanager.DeviceRunContainerOptions) ([]int, error) {
 	var cdi []int
 	for _, d := range opts.CDIDevices {
@@ -264,10 +280,18 @@ func (n *node) handed(opts *devicemanager.DeviceRunContainerOptions) ([]int, err
 	}
 	var nodes []int
 	for _, d := range opts.Devices {
-		var i int
-		if _, err := fmt.Sscanf(d.PathOnHost, "/dev/nvidia%d", &i); err == nil {
-			nodes = append(nodes, i)
+		var minor int
+		if _, err := fmt.Sscanf(d.PathOnHost, "/dev/nvidia%d", &minor); err != nil {
+			continue
 		}
+		if d.PathInContainer != d.PathOnHost {
+			return nil, fmt.Errorf("device node %s is %s in the container; NVML there looks for the same minor", d.PathOnHost, d.PathInContainer)
+		}
+		i := slices.IndexFunc(n.gpus, func(g deviceplugin.GPU) bool { return g.Minor == minor })
+		if i < 0 {
+			return nil, fmt.Errorf("device node %s is no GPU of this node", d.PathOnHost)
+		}
+		nodes = append(nodes, n.gpus[i].Index)
 	}
 	var uuids []string
 	for _, e := range opts.Envs {

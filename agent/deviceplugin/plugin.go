@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpu-scheduler/gpu-scheduler/agent/topology"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
@@ -41,6 +43,10 @@ type GPU struct {
 	Index int
 	// UUID is the GPU's NVML UUID (GPU-...), handed to the container in NVIDIA_VISIBLE_DEVICES.
 	UUID string
+	// Minor is the driver's minor number of the GPU: its device node is /dev/nvidia<Minor>,
+	// which is not always /dev/nvidia<Index> (the driver numbers GPUs in its probe order, NVML
+	// by PCI bus ID). -1 when unknown (the GPU was lost when discovered): it is not handed out.
+	Minor int
 	// Healthy is false when the agent's health tracker says the GPU is not Healthy.
 	Healthy bool
 	// NUMANode is the GPU's NUMA node, or -1 when unknown.
@@ -136,12 +142,23 @@ const LabelManaged = apiv1.LabelPrefix + "managed"
 func (p *Plugin) SetGPUs(gpus []GPU) error {
 	gpus = slices.Clone(gpus)
 	slices.SortFunc(gpus, func(a, b GPU) int { return a.Index - b.Index })
+	byMinor := map[int]int{}
+	for _, g := range gpus {
+		if g.Minor < 0 {
+			continue
+		}
+		if other, dup := byMinor[g.Minor]; dup {
+			return fmt.Errorf("device plugin for node %q: GPUs %d and %d both have device minor %d (/dev/nvidia%d); each GPU has its own device node",
+				p.cfg.NodeName, other, g.Index, g.Minor, g.Minor)
+		}
+		byMinor[g.Minor] = g.Index
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if slices.Equal(gpus, p.gpus) {
 		return nil
 	}
-	inventory := func(g GPU) [2]string { return [2]string{deviceID(g.Index), g.UUID} }
+	inventory := func(g GPU) [3]string { return [3]string{deviceID(g.Index), g.UUID, strconv.Itoa(g.Minor)} }
 	sameInventory := slices.EqualFunc(gpus, p.gpus, func(a, b GPU) bool { return inventory(a) == inventory(b) })
 	p.gpus = gpus
 	close(p.changed)
@@ -279,10 +296,20 @@ func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 
 // FromStatus turns the agent's view of the GPUs into what the plugin advertises: a GPU is
 // Healthy for the kubelet only when the agent says Healthy (Unknown is not safe to hand out).
-func FromStatus(devs []apiv1.Device) []GPU {
+// The device minors come from the agent's discovery (inventory), which the status does not
+// carry; a GPU missing there has none (Minor -1) and is not handed out.
+func FromStatus(devs []apiv1.Device, inventory []topology.Device) []GPU {
+	minors := make(map[int]int, len(inventory))
+	for _, d := range inventory {
+		minors[d.Index] = d.Minor
+	}
 	out := make([]GPU, 0, len(devs))
 	for _, d := range devs {
-		out = append(out, GPU{Index: int(d.ID), UUID: d.UUID, Healthy: d.Health == apiv1.Healthy, NUMANode: -1})
+		minor, ok := minors[int(d.ID)]
+		if !ok {
+			minor = -1
+		}
+		out = append(out, GPU{Index: int(d.ID), UUID: d.UUID, Minor: minor, Healthy: d.Health == apiv1.Healthy, NUMANode: -1})
 	}
 	return out
 }

@@ -28,6 +28,9 @@ type Device interface {
 	Index() int
 	UUID() (string, error)
 	Name() (string, error)
+	// Minor is the driver's minor number of the GPU: its device node is /dev/nvidia<minor>.
+	// The driver numbers GPUs in its own probe order, which need not be NVML's index order.
+	Minor() (int, error)
 	MemoryMiB() (int64, error)
 	PCIBusID() (string, error)
 	// PCIeLink is the GPU's maximum PCIe link generation and width.

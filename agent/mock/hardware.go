@@ -66,7 +66,14 @@ type GPUSpec struct {
 	// BusIDs are the GPUs' PCI bus numbers in index order, two hex digits each ("07");
 	// default 01, 02, ...
 	BusIDs []string `json:"busIds,omitempty"`
+	// MinorNumbers are the driver's minor numbers of the GPUs in index order (the GPU's device
+	// node is /dev/nvidia<minor>); default the index. The driver numbers GPUs in its probe
+	// order, NVML indexes them by PCI bus ID, and the two need not agree.
+	MinorNumbers []int `json:"minorNumbers,omitempty"`
 }
+
+// maxMinor is the largest minor number of a GPU device node: 255 is /dev/nvidiactl.
+const maxMinor = 254
 
 // NUMANode is one CPU socket's part of the PCIe tree.
 type NUMANode struct {
@@ -179,6 +186,20 @@ func (h *Hardware) Validate() []HardwareError {
 			add(p, "bus %s is also GPU %d's; each GPU has its own bus", b, j)
 		} else {
 			buses[fmt.Sprintf("%02x", v)] = i
+		}
+	}
+	if len(g.MinorNumbers) > 0 && len(g.MinorNumbers) != n {
+		add("spec.gpus.minorNumbers", "lists %d minor numbers for %d GPUs; give one per GPU or leave minorNumbers out", len(g.MinorNumbers), n)
+	}
+	minors := map[int]int{}
+	for i, m := range g.MinorNumbers {
+		p := fmt.Sprintf("spec.gpus.minorNumbers[%d]", i)
+		if m < 0 || m > maxMinor {
+			add(p, "must be between 0 and %d (255 is /dev/nvidiactl), got %d", maxMinor, m)
+		} else if j, dup := minors[m]; dup {
+			add(p, "minor %d is also GPU %d's; each GPU has its own device node", m, j)
+		} else {
+			minors[m] = i
 		}
 	}
 	gpu := func(path string, id int) bool {
@@ -414,9 +435,14 @@ func Build(h *Hardware, opts ...Option) (*Server, error) {
 		if len(sp.GPUs.BusIDs) == n {
 			bus = strings.ToLower(sp.GPUs.BusIDs[i])
 		}
+		minor := i
+		if len(sp.GPUs.MinorNumbers) == n {
+			minor = sp.GPUs.MinorNumbers[i]
+		}
 		s.devices = append(s.devices, &Device{
 			server:     s,
 			index:      i,
+			minor:      minor,
 			uuid:       deviceUUID("", h.Metadata.Name, i),
 			name:       sp.GPUs.Model,
 			busID:      busID(bus),

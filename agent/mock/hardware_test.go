@@ -70,3 +70,39 @@ func TestRegister(t *testing.T) {
 		t.Error("an invalid description was registered")
 	}
 }
+
+// TestMinorNumbers: a GPU's device minor is the description's (pcie-nvlink-pairs numbers its
+// GPUs unlike NVML), else its index; a repeated or out-of-range minor is refused.
+func TestMinorNumbers(t *testing.T) {
+	minor := func(topology string, gpu int) int {
+		t.Helper()
+		s, err := New(topology)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Init()
+		d, _ := s.DeviceGetHandleByIndex(gpu)
+		m, ret := d.GetMinorNumber()
+		if ret != nvml.SUCCESS {
+			t.Fatalf("%s GPU %d minor: %v", topology, gpu, ret)
+		}
+		return m
+	}
+	if got := minor(PCIeNVLinkPairs, 1); got != 3 {
+		t.Errorf("pcie-nvlink-pairs GPU 1 has minor %d, want 3", got)
+	}
+	if got := minor(DGXA100, 5); got != 5 {
+		t.Errorf("dgx-a100 GPU 5 has minor %d, want its index", got)
+	}
+	h := &Hardware{Metadata: HardwareMetadata{Name: "test-minors"}, Spec: HardwareSpec{
+		GPUs: GPUSpec{Count: 3, Model: "NVIDIA L4", MemoryMiB: 23034, PCIeGeneration: 4, MinorNumbers: []int{1, 1, 255}},
+	}}
+	errs := h.Validate()
+	if len(errs) != 2 || errs[0].Path != "spec.gpus.minorNumbers[1]" || errs[1].Path != "spec.gpus.minorNumbers[2]" {
+		t.Fatalf("minors [1 1 255]: %+v, want a repeat at [1] and out of range at [2]", errs)
+	}
+	h.Spec.GPUs.MinorNumbers = []int{0}
+	if errs := h.Validate(); len(errs) != 1 || errs[0].Path != "spec.gpus.minorNumbers" {
+		t.Fatalf("one minor for three GPUs: %+v", errs)
+	}
+}

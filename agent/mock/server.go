@@ -52,6 +52,7 @@ type Device struct {
 
 	server    *Server
 	index     int
+	minor     int
 	uuid      string
 	name      string
 	busID     string
@@ -277,6 +278,14 @@ func (d *Device) GetUUID() (string, nvml.Return) {
 		return "", ret
 	}
 	return d.uuid, nvml.SUCCESS
+}
+
+// GetMinorNumber is the driver's minor number (the GPU's /dev/nvidia<minor>).
+func (d *Device) GetMinorNumber() (int, nvml.Return) {
+	if ret := d.answer(); ret != nvml.SUCCESS {
+		return 0, ret
+	}
+	return d.minor, nvml.SUCCESS
 }
 
 // GetName is the product name.

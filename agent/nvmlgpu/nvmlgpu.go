@@ -234,6 +234,11 @@ func (d *device) Name() (string, error) {
 	return s, check(ret, "read name of GPU %d", d.index)
 }
 
+func (d *device) Minor() (int, error) {
+	m, ret := d.dev.GetMinorNumber()
+	return m, check(ret, "read minor number of GPU %d", d.index)
+}
+
 func (d *device) MemoryMiB() (int64, error) {
 	m, ret := d.dev.GetMemoryInfo()
 	if err := check(ret, "read memory of GPU %d", d.index); err != nil {

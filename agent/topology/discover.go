@@ -14,6 +14,10 @@ type Device struct {
 	Product   string
 	MemoryMiB int64
 	PCIBusID  string
+	// Minor is the driver's minor number: the GPU's device node is /dev/nvidia<Minor>. It
+	// stays on the node (the kubelet device plugin hands the node over); -1 when the GPU was
+	// lost during discovery.
+	Minor int
 	Placement
 	// Lost is set when the GPU did not answer during discovery: it has no facts and no island
 	// until it answers again and the node is discovered anew.
@@ -29,7 +33,7 @@ func Discover(devs []gpu.Device) ([]Device, error) {
 	var inPos []int // position in out of each in.GPUs entry
 	var answering []gpu.Device
 	for i, d := range devs {
-		out[i].Index = d.Index()
+		out[i].Index, out[i].Minor = d.Index(), -1
 		g, err := read(d, &out[i])
 		if errors.Is(err, gpu.ErrLost) {
 			out[i].Lost = err
@@ -75,6 +79,11 @@ func read(d gpu.Device, dev *Device) (GPU, error) {
 	if dev.PCIBusID, err = d.PCIBusID(); err != nil {
 		return GPU{}, err
 	}
+	minor, err := d.Minor()
+	if err != nil {
+		return GPU{}, err
+	}
+	dev.Minor = minor
 	g := GPU{Index: d.Index(), BusID: dev.PCIBusID}
 	if g.PCIe, err = d.PCIeLink(); err != nil {
 		return GPU{}, err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/deviceplugin"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/topology"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
@@ -24,17 +26,17 @@ type devicePluginOptions struct {
 }
 
 // startDevicePlugin serves the kubelet device-plugin API on this node when the node carries
-// gpu.scheduling/managed=true, and returns the agent's OnDevices hook (nil when not serving).
-// Without the label the node's GPUs belong to the NVIDIA device plugin: serving both would
-// hand one GPU out twice.
-func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface, node *corev1.Node) (func([]apiv1.Device), error) {
+// gpu.scheduling/managed=true, and returns the agent's OnDevices and OnInventory hooks (nil
+// when not serving). Without the label the node's GPUs belong to the NVIDIA device plugin:
+// serving both would hand one GPU out twice.
+func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface, node *corev1.Node) (func([]apiv1.Device), func([]topology.Device), error) {
 	logger := klog.FromContext(ctx)
 	if !o.devicePlugin.enabled {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if node == nil || node.Labels[deviceplugin.LabelManaged] != "true" {
 		logger.Info("Not serving the kubelet device plugin: the node is not labelled "+deviceplugin.LabelManaged+"=true", "node", o.nodeName)
-		return nil, nil
+		return nil, nil, nil
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
@@ -46,13 +48,13 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 		CDIDir: o.devicePlugin.cdiDir, Pods: pods.Lister(), SchedulerName: o.schedulerName,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pods.Informer() // registered before Start
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return nil, fmt.Errorf("device plugin: syncing the pods of node %q (%v) failed", o.nodeName, typ)
+			return nil, nil, fmt.Errorf("device plugin: syncing the pods of node %q (%v) failed", o.nodeName, typ)
 		}
 	}
 	go func() {
@@ -60,9 +62,21 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 			logger.Error(err, "Kubelet device plugin stopped")
 		}
 	}()
-	return func(devs []apiv1.Device) {
-		if err := p.SetGPUs(deviceplugin.FromStatus(devs)); err != nil {
+	// The agent calls both hooks from its loop; the lock only keeps the race detector honest.
+	var mu sync.Mutex
+	var inventory []topology.Device
+	onInventory := func(inv []topology.Device) {
+		mu.Lock()
+		defer mu.Unlock()
+		inventory = inv
+	}
+	onDevices := func(devs []apiv1.Device) {
+		mu.Lock()
+		inv := inventory
+		mu.Unlock()
+		if err := p.SetGPUs(deviceplugin.FromStatus(devs, inv)); err != nil {
 			logger.Error(err, "Updating the device plugin's GPUs failed", "node", o.nodeName)
 		}
-	}, nil
+	}
+	return onDevices, onInventory, nil
 }

@@ -246,7 +246,7 @@ func runNode(ctx context.Context, o options, cfg agent.Config) error {
 	if err != nil {
 		return fmt.Errorf("reading node %q: %w", o.nodeName, err)
 	}
-	if cfg.OnDevices, err = startDevicePlugin(ctx, o, cfg.KubeClient, node); err != nil {
+	if cfg.OnDevices, cfg.OnInventory, err = startDevicePlugin(ctx, o, cfg.KubeClient, node); err != nil {
 		return err
 	}
 	a, err := agent.New(cfg)
