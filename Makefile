@@ -69,10 +69,17 @@ test-sim: tools build
 	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run scenarios/smoke.yaml
 	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run scenarios/workloads-smoke.yaml
 
-## e2e-gpu: on a cluster with a real NVIDIA GPU node (current kubectl context): install the chart, run a 2-GPU pod, check nvidia-smi -L inside lists exactly the chosen GPUs; exits 0 with a message when this machine has no NVIDIA driver (docs/node.md)
+## e2e-gpu: on a machine with an NVIDIA driver: the node-level hardware check (real NVML through the agent's adapter; the kubelet's device manager hands a pod's container exactly its GPU, checked with nvidia-smi -L), then, when the current kubectl context reaches a cluster, the chart and a 2-GPU pod; exits 0 with a message when there is no driver (docs/node.md)
 .PHONY: e2e-gpu
 e2e-gpu:
 	bash hack/e2e-gpu.sh
+
+## e2e-gpu-bin: build the node-level hardware check's test binaries into bin/e2e-gpu, for a GPU machine without Go (E2E_GPU_TESTBIN=bin/e2e-gpu make e2e-gpu there)
+.PHONY: e2e-gpu-bin
+e2e-gpu-bin:
+	@mkdir -p bin/e2e-gpu
+	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o bin/e2e-gpu/nvmlgpu.test ./agent/nvmlgpu
+	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o bin/e2e-gpu/deviceplugin.test ./agent/deviceplugin
 
 ## cluster-up: start a local control plane with the stock scheduler (NODES=n fake GPU nodes); prints its KUBECONFIG
 .PHONY: cluster-up

@@ -3,8 +3,12 @@ package nvmlgpu_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -15,24 +19,118 @@ import (
 )
 
 // TestRealNVML runs the adapter over the real libnvidia-ml. Without a driver Init must fail
-// with an error, not a panic; on a GPU machine discovery must succeed.
+// with an error, not a panic. On a GPU machine it logs everything the agent reads of each GPU
+// (discovery, device minor, telemetry, the health events it can register) and checks that the
+// readings are sane: the device node of the minor exists and is that minor, memory in use fits
+// in the memory, utilisation is a percentage, temperature and power are physical, and the
+// event watch registers and waits without error.
 func TestRealNVML(t *testing.T) {
-	lib := nvmlgpu.New(nvml.New(), nvmlgpu.Options{})
+	lib := nvmlgpu.New(nvml.New(), nvmlgpu.Options{EventWaitTimeout: 500 * time.Millisecond})
 	if err := lib.Init(); err != nil {
 		t.Skipf("no NVML here (the agent would fence the node): %v", err)
 	}
 	defer lib.Shutdown()
+	if v, ret := nvml.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+		t.Logf("driver %s", v)
+	}
 	devs, err := lib.Devices()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(devs) == 0 {
+		t.Fatal("NVML started but lists no GPU")
 	}
 	got, err := topology.Discover(devs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range got {
-		t.Logf("GPU %d %s %s %d MiB bus %s island %s %d GB/s nvlink=%v lost=%v", d.Index, d.UUID, d.Product, d.MemoryMiB, d.PCIBusID, d.Island, d.BandwidthGBps, d.NVLink, d.Lost)
+	for i, d := range got {
+		t.Logf("GPU %d %s %q %d MiB bus %s minor %d island %s %d GB/s nvlink=%v lost=%v", d.Index, d.UUID, d.Product, d.MemoryMiB, d.PCIBusID, d.Minor, d.Island, d.BandwidthGBps, d.NVLink, d.Lost)
+		if d.Lost != nil || !strings.HasPrefix(d.UUID, "GPU-") || d.Product == "" || d.MemoryMiB <= 0 || d.PCIBusID == "" {
+			t.Errorf("GPU %d: discovery %+v", d.Index, d)
+		}
+		checkDeviceNode(t, d.Index, d.Minor)
+		link, err := devs[i].PCIeLink()
+		if err != nil {
+			t.Errorf("GPU %d PCIe link: %v", d.Index, err)
+		}
+		links, err := devs[i].NVLinks()
+		if err != nil {
+			t.Errorf("GPU %d NVLinks: %v", d.Index, err)
+		}
+		active := 0
+		for _, l := range links {
+			if l.Active {
+				active++
+			}
+		}
+		t.Logf("GPU %d PCIe gen %d x%d, %d NVLink links (%d active)", d.Index, link.Generation, link.Width, len(links), active)
+		tm, err := devs[i].Telemetry()
+		if err != nil {
+			t.Errorf("GPU %d telemetry: %v", d.Index, err)
+			continue
+		}
+		t.Logf("GPU %d telemetry: utilisation %s%%, memory utilisation %s%%, memory %s/%s MiB, %s C, %s mW, ECC corrected %s uncorrected %s",
+			d.Index, show(tm.UtilizationPercent), show(tm.MemoryUtilizationPercent), show(tm.MemoryUsedMiB), show(tm.MemoryTotalMiB),
+			show(tm.TemperatureCelsius), show(tm.PowerMilliwatts), show(tm.ECCCorrected), show(tm.ECCUncorrected))
+		if tm.UtilizationPercent == nil || *tm.UtilizationPercent < 0 || *tm.UtilizationPercent > 100 ||
+			tm.MemoryUtilizationPercent == nil || *tm.MemoryUtilizationPercent < 0 || *tm.MemoryUtilizationPercent > 100 {
+			t.Errorf("GPU %d: utilisation is not a percentage", d.Index)
+		}
+		if tm.MemoryTotalMiB == nil || *tm.MemoryTotalMiB != d.MemoryMiB || tm.MemoryUsedMiB == nil || *tm.MemoryUsedMiB < 0 || *tm.MemoryUsedMiB > *tm.MemoryTotalMiB {
+			t.Errorf("GPU %d: memory in use %s of %s MiB, discovery said %d MiB", d.Index, show(tm.MemoryUsedMiB), show(tm.MemoryTotalMiB), d.MemoryMiB)
+		}
+		if tm.TemperatureCelsius != nil && (*tm.TemperatureCelsius < 5 || *tm.TemperatureCelsius > 110) {
+			t.Errorf("GPU %d: core temperature %d C", d.Index, *tm.TemperatureCelsius)
+		}
+		if tm.PowerMilliwatts != nil && (*tm.PowerMilliwatts <= 0 || *tm.PowerMilliwatts > 2_000_000) {
+			t.Errorf("GPU %d: power draw %d mW", d.Index, *tm.PowerMilliwatts)
+		}
+		if (tm.ECCCorrected != nil && *tm.ECCCorrected < 0) || (tm.ECCUncorrected != nil && *tm.ECCUncorrected < 0) {
+			t.Errorf("GPU %d: negative ECC counts", d.Index)
+		}
+		h, ret := nvml.DeviceGetHandleByIndex(d.Index)
+		if ret == nvml.SUCCESS {
+			ev, ret := h.GetSupportedEventTypes()
+			t.Logf("GPU %d events supported %#x (%v): Xid %v, double-bit ECC %v", d.Index, ev, ret,
+				ev&nvml.EventTypeXidCriticalError != 0, ev&nvml.EventTypeDoubleBitEccError != 0)
+		}
 	}
+	// The watch registers every GPU and waits; for a few waits nothing may go wrong.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	events := make(chan gpu.Event, 16)
+	if err := lib.WatchEvents(ctx, devs, events); err != nil {
+		t.Errorf("watching health events: %v", err)
+	}
+	close(events)
+	for ev := range events {
+		t.Logf("health event during the watch: %+v", ev)
+	}
+}
+
+// checkDeviceNode checks that /dev/nvidia<minor> is the character device of that minor: the
+// node the device plugin hands a container for this GPU.
+func checkDeviceNode(t *testing.T, index, minor int) {
+	t.Helper()
+	path := fmt.Sprintf("/dev/nvidia%d", minor)
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Errorf("GPU %d (minor %d): %v", index, minor, err)
+		return
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || int(unix.Minor(st.Rdev)) != minor {
+		t.Errorf("GPU %d: %s is mode %o device %d:%d, want the character device of minor %d", index, path, st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev), minor)
+		return
+	}
+	t.Logf("GPU %d device node %s: char %d:%d", index, path, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+}
+
+func show[T int | int64](p *T) string {
+	if p == nil {
+		return "n/a"
+	}
+	return fmt.Sprint(*p)
 }
 
 func TestErrorsCarryTheReturnCode(t *testing.T) {
