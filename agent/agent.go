@@ -165,6 +165,8 @@ type Agent struct {
 	rewatch     bool         // a lost GPU came back: register its events anew
 	writeErrors int
 	nextWrite   time.Time // earliest retry after a failed write
+	// transitions stamps when each GPU's published health last changed and its recoveries.
+	transitions *status.Transitions
 	// reported is the health last exported as a metric per GPU.
 	reported map[int32]apiv1.Health
 	// readings is each answering GPU's latest telemetry, read at readAt; xids the Xid errors
@@ -199,12 +201,13 @@ func New(cfg Config) (*Agent, error) {
 			Limiter:       cfg.WriteLimiter,
 			SchedulerName: cfg.SchedulerName, TakeoverAfter: cfg.TakeoverAfter,
 		}),
-		poke:     make(chan struct{}, 1),
-		lost:     map[int]bool{},
-		reported: map[int32]apiv1.Health{},
-		readings: map[int]gpu.Telemetry{},
-		xids:     map[int]xidCount{},
-		backoff:  cfg.InitBackoff,
+		poke:        make(chan struct{}, 1),
+		transitions: status.NewTransitions(),
+		lost:        map[int]bool{},
+		reported:    map[int32]apiv1.Health{},
+		readings:    map[int]gpu.Telemetry{},
+		xids:        map[int]xidCount{},
+		backoff:     cfg.InitBackoff,
 	}, nil
 }
 
@@ -507,6 +510,9 @@ func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
 		}
 		d.InUseBy = holders[int(d.ID)]
 	}
+	// After fencing: the published health is what transitions are about. A transition comes
+	// with a health change, which is written anyway, so this costs no writes.
+	a.transitions.Stamp(devices, a.writer.Last(), a.cfg.Clock.Now())
 	if len(devices) == 0 && a.fenced != "" {
 		message = a.fenced + "; retrying"
 	}

@@ -413,3 +413,109 @@ func addTwoLeases(t *testing.T, h *harness) {
 		}
 	}
 }
+
+// device is GPU id of st.
+func device(t *testing.T, st *apiv1.GpuNodeStatus, id int32) apiv1.Device {
+	t.Helper()
+	for _, d := range st.Status.Devices {
+		if d.ID == id {
+			return d
+		}
+	}
+	t.Fatalf("status has no GPU %d: %+v", id, st.Status.Devices)
+	return apiv1.Device{}
+}
+
+// since is d's LastTransitionTime, failing the test when it is not set.
+func since(t *testing.T, d apiv1.Device) time.Time {
+	t.Helper()
+	if d.LastTransitionTime == nil {
+		t.Fatalf("GPU %d (%s) has no lastTransitionTime", d.ID, d.Health)
+	}
+	return d.LastTransitionTime.Time
+}
+
+func TestHealthTransitionTimeAndRecoveries(t *testing.T) {
+	h := newHarness(t, mock.DGXA100, nvml.SUCCESS)
+	start := h.clk.Now()
+	st := h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Healthy == 8 })
+	for _, d := range st.Status.Devices {
+		if !since(t, d).Equal(start) || d.RecoveryCount != 0 {
+			t.Errorf("GPU %d first seen: lastTransitionTime %s, recoveryCount %d; want %s, 0", d.ID, since(t, d), d.RecoveryCount, start)
+		}
+	}
+	h.watched()
+
+	// GPU 3 fails a minute later: its time moves, nobody else's.
+	h.clk.Step(time.Minute)
+	if err := h.srv.Inject(3, mock.Fault{Kind: mock.FaultXid, Xid: mock.XidFallenOffBus}); err != nil {
+		t.Fatal(err)
+	}
+	// Both the Xid and the probe's loss must be in before the reset (see the fleet test).
+	st = h.until("GPU 3 lost after Xid 79", 0, func(s *apiv1.GpuNodeStatus) bool {
+		r := s.Status.Devices[3].Reason
+		return health(s, 3) == apiv1.Unhealthy && strings.Contains(r, "lost") && strings.Contains(r, "Xid 79")
+	})
+	failed := since(t, device(t, st, 3))
+	if !failed.After(start) || failed.After(h.clk.Now()) || device(t, st, 3).RecoveryCount != 0 {
+		t.Fatalf("GPU 3 failed: lastTransitionTime %s, recoveryCount %d; want in (%s, %s], 0",
+			failed, device(t, st, 3).RecoveryCount, start, h.clk.Now())
+	}
+	for _, d := range st.Status.Devices {
+		if d.ID != 3 && !since(t, d).Equal(start) {
+			t.Errorf("GPU %d's lastTransitionTime moved to %s with GPU 3's fault", d.ID, since(t, d))
+		}
+	}
+
+	// A later write (the heartbeat) while GPU 3 is still Unhealthy keeps the time.
+	writes := h.statusWrites()
+	h.clk.Step(2 * time.Hour)
+	h.nudging("a heartbeat write", func() bool { return h.statusWrites() > writes })
+	st = h.until("status", 0, func(*apiv1.GpuNodeStatus) bool { return true })
+	if d := device(t, st, 3); d.Health != apiv1.Unhealthy || !since(t, d).Equal(failed) {
+		t.Fatalf("after a heartbeat GPU 3 is %s since %s; want Unhealthy since %s", d.Health, since(t, d), failed)
+	}
+
+	// It recovers: a new time and one recovery.
+	if err := h.srv.Inject(3, mock.Fault{Kind: mock.FaultRecover}); err != nil {
+		t.Fatal(err)
+	}
+	h.agent.Poke()
+	st = h.until("GPU 3 Healthy again", 0, func(s *apiv1.GpuNodeStatus) bool { return health(s, 3) == apiv1.Healthy })
+	d := device(t, st, 3)
+	if recovered := since(t, d); !recovered.After(failed) || d.RecoveryCount != 1 {
+		t.Fatalf("GPU 3 recovered: lastTransitionTime %s, recoveryCount %d; want after %s, 1", recovered, d.RecoveryCount, failed)
+	}
+	for _, d := range st.Status.Devices {
+		if d.ID != 3 && (!since(t, d).Equal(start) || d.RecoveryCount != 0) {
+			t.Errorf("GPU %d: lastTransitionTime %s, recoveryCount %d; only GPU 3 changed", d.ID, since(t, d), d.RecoveryCount)
+		}
+	}
+}
+
+func TestHealthTransitionsSurviveARestart(t *testing.T) {
+	before := metav1.Unix(5e8, 0)
+	prev := &apiv1.GpuNodeStatus{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Status: apiv1.GpuNodeStatusStatus{Total: 3, Healthy: 2, Free: 2, Devices: []apiv1.Device{
+			{ID: 0, Health: apiv1.Healthy, LastTransitionTime: &before, RecoveryCount: 4},
+			{ID: 1, Health: apiv1.Unhealthy, Reason: "Xid 79", LastTransitionTime: &before, RecoveryCount: 1},
+			{ID: 2, Health: apiv1.Healthy}, // written by an agent that did not stamp transitions
+		}},
+	}
+	// The restarted agent finds every GPU of its DGX A100 Healthy.
+	h := newHarness(t, mock.DGXA100, nvml.SUCCESS, prev)
+	now := h.clk.Now()
+	st := h.until("the restarted agent's status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Healthy == 8 })
+	want := []struct {
+		since *time.Time
+		count int32
+	}{{&before.Time, 4}, {&now, 2}, {nil, 0}, {&now, 0}, {&now, 0}, {&now, 0}, {&now, 0}, {&now, 0}}
+	for i, w := range want {
+		d := device(t, st, int32(i))
+		got := d.LastTransitionTime
+		if (got == nil) != (w.since == nil) || got != nil && !got.Time.Equal(*w.since) || d.RecoveryCount != w.count {
+			t.Errorf("GPU %d after restart: lastTransitionTime %v, recoveryCount %d; want %v, %d", i, got, d.RecoveryCount, w.since, w.count)
+		}
+	}
+}

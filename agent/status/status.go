@@ -69,7 +69,7 @@ func devicesEqual(x, y []apiv1.Device, usage bool) bool {
 		a, b := &x[i], &y[i]
 		if a.ID != b.ID || a.Health != b.Health || a.BandwidthGBps != b.BandwidthGBps || a.Island != b.Island ||
 			a.UUID != b.UUID || a.Product != b.Product || a.MemoryMiB != b.MemoryMiB || a.PCIBusID != b.PCIBusID ||
-			a.Reason != b.Reason {
+			a.Reason != b.Reason || !a.LastTransitionTime.Equal(b.LastTransitionTime) || a.RecoveryCount != b.RecoveryCount {
 			return false
 		}
 		if usage && !slices.Equal(a.InUseBy, b.InUseBy) {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 
@@ -157,6 +158,10 @@ func TestSameSeesEveryField(t *testing.T) {
 		case reflect.Int32, reflect.Int64:
 			v.SetInt(v.Int() + 7)
 		case reflect.Pointer:
+			if v.Type() == reflect.TypeFor[*metav1.Time]() {
+				v.Set(reflect.ValueOf(ptr.To(metav1.Unix(99, 0))))
+				return
+			}
 			n := reflect.New(v.Type().Elem())
 			n.Elem().SetInt(99)
 			v.Set(n)

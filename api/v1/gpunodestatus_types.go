@@ -153,6 +153,17 @@ type Device struct {
 	// Reason says why the GPU is not Healthy.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// LastTransitionTime is when Health last changed to its current value, as the agent saw it
+	// (for a GPU first seen by the agent: when it was first seen). Unset when the agent that
+	// published the status did not record it.
+	// +optional
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+	// RecoveryCount is how many times the GPU became Healthy again after being Unhealthy,
+	// counted by the agents on this node since the GpuNodeStatus was created (a restarted
+	// agent carries it over). A return from Unknown alone (NVML unavailable) is not a recovery.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	RecoveryCount int32 `json:"recoveryCount,omitempty"`
 }
 
 // +kubebuilder:object:root=true
