@@ -13,11 +13,12 @@ SCENARIO  ?= scenarios/quickstart.yaml
 help:
 	@grep -hE '^## ' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk '{i = index($$0, ": "); printf "  %-22s %s\n", substr($$0, 1, i - 1), substr($$0, i + 2)}'
 
-## build: build every binary in cmd/ into ./bin
+## build: build every binary in cmd/ into ./bin, with kubectl_complete-gpu (kubectl gpu <TAB>)
 .PHONY: build
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=1 $(GO) build -o $(BIN)/ ./cmd/...
+	install -m 0755 plugins/kubectl_complete-gpu $(BIN)/
 
 ## generate: regenerate deepcopy, CRD manifests, clientset, listers and informers
 .PHONY: generate

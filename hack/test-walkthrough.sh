@@ -39,6 +39,7 @@ expect=(
 	'default/train'
 	'GPU 3'
 	'  3    NVIDIA H100 80GB HBM3  Unhealthy'
+	'HEALTH     SINCE  RECOVERIES'
 	'1 node: needs 8 healthy free GPUs; node has 4 (4 held)'
 	'1 node: needs 8 healthy free GPUs; node has 7 (1 not healthy)'
 	'NVIDIA H100 80GB HBM3  dgx-h100  2      16     4          11    1'

@@ -7,19 +7,25 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/duration"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 func newClaimsCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
-		Use:   "claims",
-		Short: "GpuClaims: phase, node, GPU IDs, age and the reason when Pending",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:               "claims [CLAIM...]",
+		Short:             "GpuClaims: phase, node, GPU IDs, age and the reason when Pending",
+		ValidArgsFunction: o.completeNames(gpuClaims, true),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := o.load(cmd.Context())
 			if err != nil {
 				return err
 			}
-			if done, err := o.printData(o.IO.Out, f.Claims); done || err != nil {
+			claims, err := named(f.Claims, args, "GpuClaim", func(c apiv1.GpuClaim) string { return c.Name })
+			if err != nil {
+				return err
+			}
+			if done, err := o.printData(o.IO.Out, claims); done || err != nil {
 				return err
 			}
 			w := tabwriter.NewWriter(o.IO.Out, 0, 4, 2, ' ', 0)
@@ -28,7 +34,7 @@ func newClaimsCommand(o *Options) *cobra.Command {
 				head += "\tPOD"
 			}
 			fmt.Fprintln(w, head)
-			for _, c := range f.Claims {
+			for _, c := range claims {
 				phase := string(c.Status.Phase)
 				if phase == "" {
 					phase = "Pending"
@@ -44,6 +50,28 @@ func newClaimsCommand(o *Options) *cobra.Command {
 			return w.Flush()
 		},
 	}
+}
+
+// named keeps the items whose name is in names (every item when names is empty), in their
+// order; a name that matches none is an error naming kind.
+func named[T any](items []T, names []string, kind string, name func(T) string) ([]T, error) {
+	if len(names) == 0 {
+		return items, nil
+	}
+	out := []T{}
+	for _, n := range names {
+		found := false
+		for _, it := range items {
+			if name(it) == n {
+				out = append(out, it)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("%s %q not found", kind, n)
+		}
+	}
+	return out, nil
 }
 
 func dash(s string) string {

@@ -60,9 +60,10 @@ func newExplainCommand(o *Options) *cobra.Command {
 	gpuclaim.SetDefaultsArgs(args)
 	freshness := time.Duration(*args.StatusFreshnessSeconds) * time.Second
 	cmd := &cobra.Command{
-		Use:   "explain POD|pod/NAME|claim/NAME",
-		Short: "Why a pod or GpuClaim is Pending: its status, recent events and a dry run of the scheduler's GPU filter on every node",
-		Args:  cobra.ExactArgs(1),
+		Use:               "explain POD|pod/NAME|claim/NAME",
+		Short:             "Why a pod or GpuClaim is Pending: its status, recent events and a dry run of the scheduler's GPU filter on every node",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completeExplain,
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			kc, dc, err := o.clients()
 			if err != nil {

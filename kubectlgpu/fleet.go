@@ -32,6 +32,11 @@ type GPUView struct {
 	// Holders are namespace/name of the pods holding the GPU's lease.
 	Holders []string `json:"holders,omitempty"`
 	Free    bool     `json:"free"`
+	// Since is when the agent saw Health change to its current value; nil when the agent did
+	// not record it.
+	Since *metav1.Time `json:"since,omitempty"`
+	// Recoveries counts the GPU's returns from Unhealthy to Healthy.
+	Recoveries int32 `json:"recoveries,omitempty"`
 }
 
 // NodeView is one node's GPUs.
@@ -133,7 +138,8 @@ func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools 
 			nv.GPUs = append(nv.GPUs, GPUView{
 				ID: g.ID, Island: g.Island, Product: d.Product, Health: g.Health.String(), Reason: d.Reason,
 				BandwidthGBps: g.BandwidthGBps, Holders: h,
-				Free: g.Health == allocator.Healthy && len(h) == 0,
+				Free:  g.Health == allocator.Healthy && len(h) == 0,
+				Since: d.LastTransitionTime, Recoveries: d.RecoveryCount,
 			})
 		}
 		out = append(out, nv)

@@ -1,7 +1,9 @@
 package kubectlgpu
 
 import (
+	"bytes"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -68,14 +70,34 @@ func TestSummarise(t *testing.T) {
 }
 
 func TestUnhealthy(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	failed := metav1.NewTime(now.Add(-90 * time.Minute))
 	bad := dev(1, "a", apiv1.Unhealthy)
-	bad.Reason = "Xid 79"
-	nodes := Build([]apiv1.GpuNodeStatus{node("n1", dev(0, "a", apiv1.Healthy), bad)},
+	bad.Reason, bad.LastTransitionTime, bad.RecoveryCount = "Xid 79", &failed, 3
+	flapped := dev(2, "a", apiv1.Healthy)
+	flapped.RecoveryCount = 1 // no time: published by an agent that did not record it
+	nodes := Build([]apiv1.GpuNodeStatus{node("n1", dev(0, "a", apiv1.Healthy), bad, flapped)},
 		[]coordinationv1.Lease{lease("n1", "1", "ml", "train")}, nil)
-	got := Unhealthy(nodes)
-	want := UnhealthyGPU{Node: "n1", ID: 1, Model: "H100", Health: "Unhealthy", Reason: "Xid 79", Holder: "ml/train"}
+	got := Unhealthy(nodes, false)
+	want := UnhealthyGPU{Node: "n1", ID: 1, Model: "H100", Health: "Unhealthy", Reason: "Xid 79", Holder: "ml/train",
+		Since: &failed, Recoveries: 3}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("Unhealthy = %+v, want [%+v]", got, want)
+	}
+	got = Unhealthy(nodes, true)
+	if len(got) != 2 || got[1].ID != 2 || got[1].Recoveries != 1 || got[1].Since != nil {
+		t.Fatalf("Unhealthy with recovered = %+v, want GPU 1 and the recovered GPU 2", got)
+	}
+	var out bytes.Buffer
+	if err := printUnhealthy(&out, got, true, now); err != nil {
+		t.Fatal(err)
+	}
+	wantOut := `NODE  GPU  MODEL  HEALTH     SINCE      RECOVERIES  REASON  HOLDER
+n1    1    H100   Unhealthy  90m        3           Xid 79  ml/train
+n1    2    H100   Healthy    <unknown>  1           -       -
+`
+	if out.String() != wantOut {
+		t.Errorf("health table:\n%s\nwant:\n%s", out.String(), wantOut)
 	}
 }
 

@@ -13,9 +13,10 @@ import (
 
 func newNodesCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
-		Use:   "nodes [NODE]",
-		Short: "Per-node GPU map: islands, holders, health, link bandwidth",
-		Args:  cobra.MaximumNArgs(1),
+		Use:               "nodes [NODE]",
+		Short:             "Per-node GPU map: islands, holders, health, link bandwidth",
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: o.completeOneNode,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := o.load(cmd.Context())
 			if err != nil {

@@ -32,12 +32,20 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// Cobra's own output (help, completion scripts, __complete's suggestions) goes to the
+	// plugin's streams too.
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
 	o.Flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().BoolVarP(&o.All, "all-namespaces", "A", false, "list claims in all namespaces")
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "output format: wide, json or yaml")
 	root.AddCommand(newStatusCommand(o), newNodesCommand(o), newClaimsCommand(o), newHealthCommand(o), newLeasesCommand(o),
 		newExplainCommand(o), newWorkloadsCommand(o), newTopCommand(o),
 		newGenerateTemplateCommand(o), newSubmitCommand(o))
+	if err := o.registerFlagCompletion(root); err != nil {
+		// Only a flag name that does not exist fails here: a bug in this package.
+		panic(err)
+	}
 	return root
 }
 

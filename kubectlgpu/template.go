@@ -159,7 +159,8 @@ func newGenerateTemplateCommand(o *Options) *cobra.Command {
 		Short: "Write a GpuClaimTemplate or GpuWorkload skeleton as YAML, to edit and kubectl apply",
 		Example: `  kubectl gpu generate-template claim-template a100x2 --gpus 2 --selector gpu-type=a100 > gct.yaml
   kubectl gpu generate-template workload train --gpus 8 --replicas 4 --gang --topology Required --image my/trainer:1`,
-		Args: cobra.ExactArgs(2),
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: completeKinds,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ns, _, err := o.Flags.ToRawKubeConfigLoader().Namespace()
 			if err != nil {
@@ -182,6 +183,9 @@ func newGenerateTemplateCommand(o *Options) *cobra.Command {
 		},
 	}
 	s.addFlags(cmd)
+	if err := o.registerSkeletonCompletion(cmd); err != nil {
+		panic(err) // a flag name that does not exist: a bug in this package
+	}
 	return cmd
 }
 
@@ -189,9 +193,10 @@ func newSubmitCommand(o *Options) *cobra.Command {
 	s := &Skeleton{}
 	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "submit claim-template|workload NAME",
-		Short: "Create the GpuClaimTemplate or GpuWorkload that generate-template would write",
-		Args:  cobra.ExactArgs(2),
+		Use:               "submit claim-template|workload NAME",
+		Short:             "Create the GpuClaimTemplate or GpuWorkload that generate-template would write",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: completeKinds,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, dc, err := o.clients()
 			if err != nil {
@@ -229,6 +234,9 @@ func newSubmitCommand(o *Options) *cobra.Command {
 		},
 	}
 	s.addFlags(cmd)
+	if err := o.registerSkeletonCompletion(cmd); err != nil {
+		panic(err) // a flag name that does not exist: a bug in this package
+	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "have the API server validate and default the object without storing it")
 	return cmd
 }

@@ -92,9 +92,10 @@ func memory(r TopRow) string {
 
 func newTopCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
-		Use:   "top [NODE]",
-		Short: "Per-GPU utilisation, memory, temperature and power as the agents report them (n/a where they do not)",
-		Args:  cobra.MaximumNArgs(1),
+		Use:               "top [NODE]",
+		Short:             "Per-GPU utilisation, memory, temperature and power as the agents report them (n/a where they do not)",
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: o.completeOneNode,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kc, dc, err := o.clients()
 			if err != nil {

@@ -15,10 +15,10 @@ import (
 
 func newWorkloadsCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
-		Use:   "workloads",
-		Short: "GpuWorkloads: phase, ready replicas, GPUs, nodes, age and what happened last",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:               "workloads [WORKLOAD...]",
+		Short:             "GpuWorkloads: phase, ready replicas, GPUs, nodes, age and what happened last",
+		ValidArgsFunction: o.completeNames(gpuWorkloads, true),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			_, dc, err := o.clients()
 			if err != nil {
 				return err
@@ -39,6 +39,9 @@ func newWorkloadsCommand(o *Options) *cobra.Command {
 			})
 			if ws == nil {
 				ws = []apiv1.GpuWorkload{}
+			}
+			if ws, err = named(ws, args, "GpuWorkload", func(w apiv1.GpuWorkload) string { return w.Name }); err != nil {
+				return err
 			}
 			if done, err := o.printData(o.IO.Out, ws); done || err != nil {
 				return err

@@ -9,9 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -72,8 +76,10 @@ func TestKubectlGPUGolden(t *testing.T) {
 		{ID: 0, Island: "nv0", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100", UtilizationPercent: ptr.To[int32](37), MemoryMiB: 81559,
 			MemoryUsedMiB: ptr.To[int64](20480), TemperatureCelsius: ptr.To[int32](61), PowerWatts: ptr.To[int32](412)},
 		{ID: 1, Island: "nv0", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100"},
-		{ID: 2, Island: "nv1", Health: apiv1.Unhealthy, Reason: "Xid 79", BandwidthGBps: 900, Product: "NVIDIA H100"},
-		{ID: 3, Island: "nv1", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100"},
+		{ID: 2, Island: "nv1", Health: apiv1.Unhealthy, Reason: "Xid 79", BandwidthGBps: 900, Product: "NVIDIA H100",
+			LastTransitionTime: ptr.To(metav1.NewTime(time.Now().Add(-26 * time.Hour))), RecoveryCount: 2},
+		{ID: 3, Island: "nv1", Health: apiv1.Healthy, BandwidthGBps: 900, Product: "NVIDIA H100",
+			LastTransitionTime: ptr.To(metav1.NewTime(time.Now().Add(-5 * 24 * time.Hour))), RecoveryCount: 1},
 	}
 	if err := writeStatus(t.Context(), node, devs); err != nil {
 		t.Fatal(err)
@@ -107,6 +113,9 @@ func TestKubectlGPUGolden(t *testing.T) {
 		}
 	}
 	golden(t, "kubectl-gpu-health", strings.Join(mine, "\n")+"\n")
+	// Named, with the GPUs that recovered: only this node, so the whole output is stable (the
+	// SINCE ages are 26h and 5d for minutes after the status was written).
+	golden(t, "kubectl-gpu-health-recovered", runGPU(t, "health", node, "--recovered"))
 	// The lease's holder pod kgpu/train does not exist: provably stale; the dry run keeps it.
 	var stale []string
 	for _, line := range strings.Split(runGPU(t, "leases", "--stale")+runGPU(t, "leases", "--delete-stale"), "\n") {
@@ -138,6 +147,66 @@ func TestKubectlGPUGolden(t *testing.T) {
 	age := regexp.MustCompile(`\s+\d+[smh]\s+`)
 	golden(t, "kubectl-gpu-claims", age.ReplaceAllString(runGPU(t, "claims", "-n", ns), " <age> "))
 	submitGolden(t, ns, age)
+	completions(t, ns, node)
+}
+
+// complete runs cobra's hidden __complete command, as the shell scripts and kubectl's
+// kubectl_complete-gpu do, and returns the suggestions and the directive line.
+func complete(t *testing.T, args ...string) ([]string, string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(runGPU(t, append([]string{"__complete"}, args...)...)), "\n")
+	last := len(lines) - 1
+	if last < 0 || !strings.HasPrefix(lines[last], ":") {
+		t.Fatalf("__complete %v printed no directive: %q", args, lines)
+	}
+	return lines[:last], lines[last]
+}
+
+// completions checks that the shell completes resource names from the cluster, not only
+// command names.
+func completions(t *testing.T, ns, node string) {
+	t.Helper()
+	noFiles := ":" + strconv.Itoa(int(cobra.ShellCompDirectiveNoFileComp))
+	for _, tc := range []struct {
+		args []string
+		want []string
+		// exact: the cluster holds exactly these; else they are among the suggestions.
+		exact bool
+	}{
+		{[]string{"nodes", "kgpu-"}, []string{node}, false},
+		{[]string{"top", "kgpu-n"}, []string{node}, false},
+		{[]string{"health", node, "kgpu-"}, []string{}, false}, // a node given once is not offered again
+		{[]string{"health", "kgpu-"}, []string{node}, false},
+		{[]string{"claims", "-n", ns, ""}, []string{"too-big", "wants-two"}, true},
+		{[]string{"workloads", "-n", ns, ""}, []string{"train"}, true},
+		{[]string{"explain", "-n", ns, "wants"}, []string{"wants-three"}, true},
+		{[]string{"explain", "-n", ns, "h"}, []string{"holder"}, true},
+		{[]string{"explain", "-n", ns, "claim/"}, []string{"claim/too-big", "claim/wants-two"}, true},
+		{[]string{"explain", "-n", ns, "pod/w"}, []string{"pod/wants-three"}, true},
+		{[]string{"claims", "-n", ns[:3]}, []string{ns}, false},
+		{[]string{"submit", "workload", "x", "-n", ns, "--claim-template", ""}, []string{"two"}, true},
+		{[]string{"generate-template", ""}, []string{"claim-template", "workload"}, true},
+		{[]string{"status", "-o", ""}, []string{"wide", "json", "yaml"}, true},
+	} {
+		got, directive := complete(t, tc.args...)
+		if directive != noFiles {
+			t.Errorf("__complete %q: directive %s, want %s (no file names)", tc.args, directive, noFiles)
+		}
+		if tc.exact {
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("__complete %q = %q, want %q", tc.args, got, tc.want)
+			}
+			continue
+		}
+		if len(tc.want) == 0 && slices.Contains(got, node) {
+			t.Errorf("__complete %q offers %s again: %q", tc.args, node, got)
+		}
+		for _, w := range tc.want {
+			if !slices.Contains(got, w) {
+				t.Errorf("__complete %q = %q, want %q among them", tc.args, got, w)
+			}
+		}
+	}
 }
 
 // createHeldLease makes a pod that no scheduler serves, gives it the allocation node:gpu as the
