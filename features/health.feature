@@ -44,6 +44,7 @@ Feature: Only healthy GPUs are allocated
     And pod "big" is pending: "no node has 8 healthy free GPUs for GpuClaim {namespace}/big"
     When GPU 5 of node 0 recovers
     Then GPU 5 of node 0 is reported Healthy
+    And GPU 5 of node 0 has recovered 1 time, since a time after every other GPU's
     And pod "big" is bound to GPUs "0,1,2,3,4,5,6,7"
 
   Scenario: NVML failing on a node fences all its GPUs

@@ -17,6 +17,7 @@ func registerHealthSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^the NVML driver of node (\d+) fails$`, nvmlFails)
 	sc.Step(`^GPU (\d+) of node (\d+) is reported (Healthy|Unhealthy|Unknown)$`, gpuReported)
 	sc.Step(`^every GPU of node (\d+) is reported (Healthy|Unhealthy|Unknown)$`, allReported)
+	sc.Step(`^GPU (\d+) of node (\d+) has recovered (\d+) times?, since a time after every other GPU's$`, gpuRecovered)
 	sc.Step(`^no pod is bound to GPU (\d+) of node (\d+)$`, noPodOnGPU)
 	sc.Step(`^no pod is bound to node (\d+)$`, noPodOnNode)
 }
@@ -53,6 +54,42 @@ func gpuReported(ctx context.Context, id, node int, health string) error {
 func allReported(ctx context.Context, node int, health string) error {
 	return state(ctx).waitHealth(ctx, node, func(d apiv1.Device) bool { return string(d.Health) == health },
 		fmt.Sprintf("every GPU of node %d %s", node, health))
+}
+
+// gpuRecovered checks what `kubectl gpu health` shows as SINCE and RECOVERIES: the GPU's
+// recovery count, and a transition time later than that of the GPUs that never changed (those
+// keep the time the agent first saw them).
+func gpuRecovered(ctx context.Context, id, node, times int) error {
+	st := state(ctx)
+	name, err := st.node(node)
+	if err != nil {
+		return err
+	}
+	return eventually(ctx, waitSlow, fmt.Sprintf("GPU %d of node %d recovered %d times", id, node, times), func(ctx context.Context) (bool, string, error) {
+		g, err := st.suite.gpu.GpuV1().GpuNodeStatuses().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var mine *apiv1.Device
+		for i := range g.Status.Devices {
+			if int(g.Status.Devices[i].ID) == id {
+				mine = &g.Status.Devices[i]
+			}
+		}
+		if mine == nil || mine.Health != apiv1.Healthy || int(mine.RecoveryCount) != times || mine.LastTransitionTime == nil {
+			return false, describeNodeStatus(g), nil
+		}
+		for _, d := range g.Status.Devices {
+			if d.ID == mine.ID {
+				continue
+			}
+			if d.RecoveryCount != 0 || d.LastTransitionTime == nil || !d.LastTransitionTime.Before(mine.LastTransitionTime) {
+				return false, fmt.Sprintf("GPU %d: %s since %v, %d recoveries; GPU %d since %v", d.ID, d.Health, d.LastTransitionTime,
+					d.RecoveryCount, id, mine.LastTransitionTime), nil
+			}
+		}
+		return true, "", nil
+	})
 }
 
 func (st *scenario) waitHealth(ctx context.Context, node int, ok func(apiv1.Device) bool, what string) error {
