@@ -45,14 +45,9 @@ func newPod(gw *apiv1.GpuWorkload, schedulerName string, index, attempt int32) *
 			Namespace:   gw.Namespace,
 			Labels:      t.Labels,
 			Annotations: t.Annotations,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         apiv1.SchemeGroupVersion.String(),
-				Kind:               "GpuWorkload",
-				Name:               gw.Name,
-				UID:                gw.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
+			// Controller and BlockOwnerDeletion (foreground deletion of the workload waits for
+			// its pods); the chart grants update on gpuworkloads/finalizers for the latter.
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(gw, apiv1.SchemeGroupVersion.WithKind("GpuWorkload"))},
 		},
 		Spec: t.Spec,
 	}
@@ -91,7 +86,9 @@ func newPod(gw *apiv1.GpuWorkload, schedulerName string, index, attempt int32) *
 }
 
 // newClaim builds the GpuClaim of a pod from the workload's inline claim spec. The pod owns it
-// (controller: true), so the garbage collector deletes it with the pod.
+// (controller, blockOwnerDeletion: a foreground deletion of the pod waits for its claim), so the
+// garbage collector deletes it with the pod; the chart grants update on pods/finalizers, which
+// the OwnerReferencesPermissionEnforcement admission plugin requires for blockOwnerDeletion.
 func newClaim(gw *apiv1.GpuWorkload, pod *corev1.Pod, index, attempt int32) *apiv1.GpuClaim {
 	c := &apiv1.GpuClaim{
 		ObjectMeta: metav1.ObjectMeta{
@@ -102,13 +99,7 @@ func newClaim(gw *apiv1.GpuWorkload, pod *corev1.Pod, index, attempt int32) *api
 				apiv1.LabelReplicaIndex: strconv.Itoa(int(index)),
 				apiv1.LabelAttempt:      strconv.Itoa(int(attempt)),
 			},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1",
-				Kind:       "Pod",
-				Name:       pod.Name,
-				UID:        pod.UID,
-				Controller: ptr.To(true),
-			}},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pod, corev1.SchemeGroupVersion.WithKind("Pod"))},
 		},
 		Spec: *gw.Spec.Claim.Spec.DeepCopy(),
 	}

@@ -168,6 +168,13 @@ func TestReplicasGetPodsAndOwnedClaims(t *testing.T) {
 	if !metav1.IsControlledBy(claim, pod) || claim.Spec.Devices.Count != 2 || claim.Spec.GangRef != "" {
 		t.Fatalf("claim %+v", claim)
 	}
+	// Both owner references block their owner's foreground deletion (the chart's RBAC grants
+	// the finalizers updates that OwnerReferencesPermissionEnforcement asks for).
+	for what, refs := range map[string][]metav1.OwnerReference{"pod": pod.OwnerReferences, "claim": claim.OwnerReferences} {
+		if len(refs) != 1 || refs[0].BlockOwnerDeletion == nil || !*refs[0].BlockOwnerDeletion {
+			t.Errorf("%s owner references %+v, want one controller reference with blockOwnerDeletion", what, refs)
+		}
+	}
 	gw := e.workload(t)
 	if !slices.Contains(gw.Finalizers, apiv1.FinalizerWorkload) || gw.Status.Phase != apiv1.WorkloadPending || gw.Status.Ready != "0/2" {
 		t.Fatalf("workload %+v", gw.Status)
