@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
@@ -121,6 +122,29 @@ func TestPreFilterCapAndFallback(t *testing.T) {
 	}
 	if got := offered(); len(got) != 5 {
 		t.Fatalf("offer after the capped one failed = %v, want all 5 nodes", got)
+	}
+	// Preemption's dry run on a capped offer refuses: nodes left out may have room without
+	// evicting anyone, and the next attempt offers them. An uncapped attempt's dry run judges.
+	ni := framework.NewNodeInfo()
+	ni.SetNode(nodes[1])
+	victim, _ := framework.NewPodInfo(gpuPod("victim", ""))
+	dry := cs.Clone()
+	if st := e.p.RemovePod(t.Context(), dry, pod, victim, ni); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := e.p.Filter(t.Context(), dry, pod, ni); st.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Fatalf("preemption dry run on a capped offer: %v, want UnschedulableAndUnresolvable", st)
+	}
+	uncapped := framework.NewCycleState()
+	if _, st := e.p.PreFilter(t.Context(), uncapped, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	dry = uncapped.Clone()
+	if st := e.p.RemovePod(t.Context(), dry, pod, victim, ni); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := e.p.Filter(t.Context(), dry, pod, ni); !st.IsSuccess() {
+		t.Fatalf("preemption dry run on an uncapped offer: %v", st)
 	}
 	// A scheduled (or deleted) pod is forgotten: the next one starts capped again.
 	e.p.relaxed.forget(pod.UID)

@@ -20,6 +20,7 @@ const (
 	reasonStale     = "node's GpuNodeStatus is stale"
 	reasonNoFit     = "not enough healthy free GPUs for the GpuClaim"
 	reasonNotPinned = "node is not the one the pod's gpu-scheduling-map entry names"
+	reasonCapped    = "GPU candidates were capped (maxCandidateNodes); the pod is retried with every node before anything is preempted"
 )
 
 // Filter keeps nodes that match the claim's selector, have a fresh GpuNodeStatus, and can
@@ -43,6 +44,12 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonSelector)
 	}
 	if removed := s.removed[node.Name]; len(removed) > 0 {
+		if s.capped {
+			// A preemption dry run after an offer PreFilter capped: nodes it left out may have
+			// room without evicting anyone. PostFilter (after DefaultPreemption) lifts the cap
+			// for the next attempt; that attempt may preempt.
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonCapped)
+		}
 		// A preemption dry run: the node as if the removed pods held no GPUs; not cached.
 		return p.filterWithout(s, pod, node.Name, removed)
 	}
