@@ -37,6 +37,7 @@ func BenchmarkLedgerCandidates5k(b *testing.B) {
 		if len(byFit[fitIslandBandwidth]) == 0 {
 			b.Fatal("no candidates")
 		}
+		releaseCandidates(byFit)
 	}
 }
 

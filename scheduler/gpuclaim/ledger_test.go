@@ -1,7 +1,11 @@
 package gpuclaim
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -286,4 +290,64 @@ func snapshotForTest(l *ledger, node string, self types.UID) (*allocator.Node, t
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.snapshotExcept(node, self)
+}
+
+// The shape groups follow every change of a node (status, holds, deletion): candidates, which
+// judges each group once, finds exactly what judging every node finds.
+func TestLedgerShapeGroupsMatchEveryNode(t *testing.T) {
+	l := newLedger()
+	now := time.Now()
+	rng := rand.New(rand.NewPCG(1, 2))
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	reqs := []allocator.Request{{Count: 1}, {Count: 2, MinBandwidthGBps: 600}, {Count: 4, Topology: allocator.Required, MinBandwidthGBps: 600},
+		{Count: 3, Exclusivity: allocator.Shared}, {Count: 6}}
+	for step := range 400 {
+		n := names[rng.IntN(len(names))]
+		uid := types.UID(fmt.Sprintf("pod-%d", rng.IntN(8)))
+		switch rng.IntN(5) {
+		case 0:
+			l.setStatus(seedStatus(n, now.Add(-time.Duration(rng.IntN(2))*time.Hour)))
+		case 1:
+			l.deleteStatus(n)
+		case 2, 3:
+			l.add(uid, n, []int{rng.IntN(8), rng.IntN(8)}, rng.IntN(2) == 0, fromLease)
+		case 4:
+			l.remove(uid, n, nil, fromLease)
+		}
+		for _, req := range reqs {
+			byFit, stale := l.candidates(&req, now.Add(-time.Minute), func(string) bool { return true })
+			var want [fitIslandBandwidth + 1][]candidate
+			wantStale := 0
+			for name, e := range l.nodes {
+				if e.base == nil {
+					continue
+				}
+				f, r := e.sum.fitsWithFree(&req)
+				if f == fitNone {
+					continue
+				}
+				if e.heartbeat.Before(now.Add(-time.Minute)) {
+					wantStale++
+					continue
+				}
+				want[f] = append(want[f], candidate{name, r})
+			}
+			for f := range want {
+				got := slices.Clone(byFit[f])
+				byName := func(a, b candidate) int { return strings.Compare(a.name, b.name) }
+				slices.SortFunc(got, byName)
+				slices.SortFunc(want[f], byName)
+				if !slices.Equal(got, want[f]) {
+					t.Fatalf("step %d, %+v, tier %d: candidates %v, every node judged %v", step, req, f, got, want[f])
+				}
+			}
+			if stale != wantStale {
+				t.Fatalf("step %d, %+v: stale %d, want %d", step, req, stale, wantStale)
+			}
+			releaseCandidates(byFit)
+		}
+	}
+	if len(l.shapes) == 0 {
+		t.Fatal("no shape groups at all")
+	}
 }

@@ -132,6 +132,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	nodes, stale := p.ledger.candidates(&req, oldest, func(node string) bool {
 		return p.nodeSelected(claim, node)
 	})
+	defer releaseCandidates(nodes)
 	// The best tier that has nodes is offered; a pod whose earlier attempt saw every offered
 	// node fail another plugin's filter (a taint, say: PostFilter relaxed its tier) gets the
 	// lower tiers down to its relaxed one as well. Better tiers are never dropped: whatever
