@@ -23,7 +23,7 @@ type runOptions struct {
 	validate   bool
 	cpuProfile bool
 	profile    bool
-	// kubeconfig and baselineKubeconfig select existing clusters instead of fresh harness ones.
+	// kubeconfig and baselineKubeconfig select existing clusters instead of the harness one.
 	kubeconfig         string
 	baselineKubeconfig string
 	// dra, when the flag was given, overrides the scenario's spec.baseline.dra.
@@ -78,13 +78,14 @@ func newRunCommand() *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
 		Use:   "run SCENARIO.yaml",
-		Short: "Play a scenario with gpu-scheduler and the stock kube-scheduler on fresh local clusters and report",
+		Short: "Play a scenario with gpu-scheduler and the stock kube-scheduler on a local control plane and report",
 		Long: `run brings up a local control plane (etcd, kube-apiserver, kube-controller-manager, kwok),
 creates the scenario's kwok GPU nodes, starts the production agent fleet, webhook and
-gpu-scheduler, plays the workload and faults, and measures; then does the same on a fresh
-identical cluster with the stock kube-scheduler (pods asking for nvidia.com/gpu), and with
-spec.baseline.dra or --dra a third time with the stock kube-scheduler allocating the GPUs
-through Dynamic Resource Allocation (ResourceSlices, ResourceClaimTemplates). It prints a table and writes
+gpu-scheduler, plays the workload and faults, and measures; then removes everything that run
+made but the nodes and does the same on that control plane with the stock kube-scheduler (pods
+asking for nvidia.com/gpu), and with spec.baseline.dra or --dra a third time with the stock
+kube-scheduler allocating the GPUs through Dynamic Resource Allocation (ResourceSlices,
+ResourceClaimTemplates). It prints a table and writes
 reports/<scenario>-<time>/report.{json,html} with the components' logs. Ctrl-C tears down.
 
 With --kubeconfig it starts no control plane and runs against that existing cluster, which must

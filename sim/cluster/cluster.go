@@ -371,10 +371,108 @@ func (c *Cluster) StartStockScheduler(ctx context.Context) error {
 // SchedulerURL is the stock kube-scheduler's secure serving address (https://127.0.0.1:port),
 // empty when the cluster runs none.
 func (c *Cluster) SchedulerURL() string {
-	if !c.cfg.StockScheduler || c.ports.scheduler == 0 {
+	if c.ports.scheduler == 0 {
 		return ""
 	}
-	return c.url("https", c.ports.scheduler)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.processes {
+		if p.name == ComponentScheduler && p.running() {
+			return c.url("https", c.ports.scheduler)
+		}
+	}
+	return ""
+}
+
+// RestartEtcdAndAPIServer stops kube-apiserver and etcd and starts them again with the same
+// arguments, ports and data directory, waiting for each as Start does; kube-controller-manager
+// and kwok stay and reconnect. The simulator does this between two runs on one control plane,
+// so that the second run's peak memory is that of processes that served it alone: a Go heap
+// hands freed memory back to the kernel only gradually, and the first run's apiserver kept
+// hundreds of MiB more resident than a fresh one. Not for an attached cluster.
+func (c *Cluster) RestartEtcdAndAPIServer(ctx context.Context) error {
+	if c.Attached() {
+		return fmt.Errorf("cluster %s: attached, its components are not ours to restart", c.cfg.Name)
+	}
+	slot := func(name string) int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, p := range c.processes {
+			if p.name == name {
+				return i
+			}
+		}
+		return -1
+	}
+	etcdAt, apiAt := slot(ComponentEtcd), slot(ComponentAPIServer)
+	if etcdAt < 0 || apiAt < 0 {
+		return fmt.Errorf("cluster %s: no etcd or kube-apiserver to restart", c.cfg.Name)
+	}
+	// Killed, not asked to stop: a terminated apiserver drains its watches for 10 s and more,
+	// and neither keeps anything in memory that the restart should save (etcd's writes are
+	// in the page cache, --unsafe-no-fsync or not).
+	for _, i := range []int{apiAt, etcdAt} {
+		c.mu.Lock()
+		p := c.processes[i]
+		c.mu.Unlock()
+		if err := p.kill(); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.cfg.Name, err)
+		}
+	}
+	etcd, err := c.relaunch(etcdAt, binEtcd, c.etcdArgs())
+	if err != nil {
+		return err
+	}
+	if err := c.waitHealthy(ctx, etcd, "http://"+loopback+":"+strconv.Itoa(c.ports.etcdClient)+"/health"); err != nil {
+		return err
+	}
+	apiserver, err := c.relaunch(apiAt, binAPIServer, c.apiServerArgs())
+	if err != nil {
+		return err
+	}
+	return c.waitAPIServer(ctx, apiserver)
+}
+
+// relaunch starts the component of slot i again in the same slot (so that Stop keeps the
+// start order), appending to its log.
+func (c *Cluster) relaunch(i int, binary string, args []string) (*process, error) {
+	c.mu.Lock()
+	name := c.processes[i].name
+	c.mu.Unlock()
+	p, err := startProcess(c.spawner, name, filepath.Join(c.binDir, binary), args, []string{"HOME=" + c.workDir}, c.workDir,
+		filepath.Join(c.workDir, "logs", name+".log"))
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", c.cfg.Name, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.processes[i] = p
+	c.state.Processes[i] = ProcessRecord{Name: name, PID: p.pid, StartTime: p.startTime, Log: p.logPath}
+	return p, writeState(&c.state)
+}
+
+// ProcessMark is how many processes have been started under the cluster so far (components and
+// StartProcess's): StopSince(mark) ends the ones started after it.
+func (c *Cluster) ProcessMark() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.processes)
+}
+
+// StopSince ends, newest first, the processes started after mark (ProcessMark) and leaves the
+// rest running: one simulated run's scheduler, webhook and controller on a control plane that
+// the next run reuses. They stay listed in Processes, no longer Running.
+func (c *Cluster) StopSince(mark int) error {
+	c.mu.Lock()
+	procs := append([]*process(nil), c.processes[min(mark, len(c.processes)):]...)
+	c.mu.Unlock()
+	var errs []error
+	for i := len(procs) - 1; i >= 0; i-- {
+		if err := procs[i].stop(stopGrace); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", c.cfg.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Kubeconfig is the path of a kubeconfig with cluster-admin rights (group system:masters).

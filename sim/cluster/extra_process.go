@@ -3,7 +3,6 @@ package cluster
 import (
 	"fmt"
 	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -48,16 +47,7 @@ func (p *Process) Stop(grace time.Duration) error { return p.p.stop(grace) }
 
 // Kill kills the process group at once (SIGKILL), as a crash would, and waits for the exit.
 func (p *Process) Kill() error {
-	if !p.p.running() {
-		return nil
-	}
-	_ = syscall.Kill(-p.p.pid, syscall.SIGKILL)
-	select {
-	case <-p.p.exited:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.p.name, p.p.pid)
-	}
+	return p.p.kill()
 }
 
 // FreePort returns a loopback port that was free a moment ago, for a process the caller starts.

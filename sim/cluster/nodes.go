@@ -155,8 +155,29 @@ const createWorkers = 32
 // CreateNodePool creates the pool's nodes concurrently. It does not wait for them to be Ready:
 // call WaitNodesReady.
 func (c *Cluster) CreateNodePool(ctx context.Context, pool NodePool) error {
+	return c.CreateNodes(ctx, pool, nil)
+}
+
+// CreateNodes creates the pool's nodes of the given indices (all of them when only is nil)
+// concurrently: a run that reuses the nodes of an earlier one makes only those missing (a
+// NodeRemoved fault deleted them).
+func (c *Cluster) CreateNodes(ctx context.Context, pool NodePool, only []int) error {
 	if err := pool.Validate(); err != nil {
 		return err
+	}
+	if only == nil {
+		only = make([]int, pool.Count)
+		for i := range only {
+			only[i] = i
+		}
+	}
+	for _, i := range only {
+		if i < 0 || i >= pool.Count {
+			return fmt.Errorf("node pool %s: no node %d (it has %d)", pool.Name, i, pool.Count)
+		}
+	}
+	if len(only) == 0 {
+		return nil
 	}
 	cfg := c.RESTConfig()
 	cfg.QPS, cfg.Burst = 5000, 10000
@@ -169,13 +190,14 @@ func (c *Cluster) CreateNodePool(ctx context.Context, pool NodePool) error {
 	defer cancel(nil)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(createWorkers, pool.Count) {
+	for range min(createWorkers, len(only)) {
 		wg.Go(func() {
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= pool.Count || ctx.Err() != nil {
+				k := int(next.Add(1) - 1)
+				if k >= len(only) || ctx.Err() != nil {
 					return
 				}
+				i := only[k]
 				if _, err := cs.CoreV1().Nodes().Create(ctx, pool.Node(i), metav1.CreateOptions{}); err != nil {
 					cancel(fmt.Errorf("creating node %s of pool %s: %w", NodeName(pool.Name, i), pool.Name, err))
 					return
@@ -187,7 +209,7 @@ func (c *Cluster) CreateNodePool(ctx context.Context, pool NodePool) error {
 	if err := context.Cause(ctx); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Created node pool", "pool", pool.Name, "nodes", pool.Count,
+	klog.FromContext(ctx).Info("Created node pool", "pool", pool.Name, "nodes", len(only),
 		"gpusPerNode", pool.GPUsPerNode, "topology", pool.Topology, "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }

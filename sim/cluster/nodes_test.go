@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -97,5 +98,14 @@ func TestNodeSchedulable(t *testing.T) {
 				t.Errorf("NodeSchedulable = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestCreateNodesRefusesIndicesOutsideThePool(t *testing.T) {
+	pool := NodePool{Name: "a100", Count: 2, GPUsPerNode: 8}
+	// Checked before any request: the zero Cluster has no client to send one with.
+	err := (&Cluster{}).CreateNodes(context.Background(), pool, []int{0, 2})
+	if err == nil || !strings.Contains(err.Error(), "node pool a100: no node 2 (it has 2)") {
+		t.Fatalf("err = %v, want one naming node 2 of pool a100", err)
 	}
 }

@@ -147,6 +147,20 @@ func (p *process) stop(grace time.Duration) error {
 	}
 }
 
+// kill ends the process group at once (SIGKILL), as a crash would, and waits for the exit.
+func (p *process) kill() error {
+	if !p.running() {
+		return nil
+	}
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, p.pid)
+	}
+}
+
 // procStartTime reads a process's start time (clock ticks since boot, field 22 of
 // /proc/<pid>/stat). Together with the PID it identifies one process across PID reuse.
 func procStartTime(pid int) (uint64, error) {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,5 +145,52 @@ func TestCPUSeconds(t *testing.T) {
 	}
 	if _, err := cpuSeconds(1 << 30); err == nil {
 		t.Error("cpuSeconds of a pid that cannot exist: no error")
+	}
+}
+
+// A control plane reused by the next simulated run: StopSince ends only the processes started
+// after the mark (one run's scheduler and webhook), Stop the rest.
+func TestStopSinceLeavesEarlierProcessesRunning(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{cfg: Config{Name: "t"}, workDir: dir, spawner: newSpawner(), state: State{Name: "t", WorkDir: dir}}
+	defer func() { _ = c.Stop() }()
+	start := func(name string) *Process {
+		t.Helper()
+		p, err := c.StartProcess(name, sleepBinary(t), []string{"300"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	etcd := start("etcd")
+	mark := c.ProcessMark()
+	if mark != 1 {
+		t.Fatalf("ProcessMark = %d after one process, want 1", mark)
+	}
+	sched, webhook := start("gpu-scheduler"), start("gpu-webhook")
+	if err := c.StopSince(mark); err != nil {
+		t.Fatal(err)
+	}
+	if !etcd.Running() {
+		t.Error("the process started before the mark was stopped")
+	}
+	if sched.Running() || webhook.Running() {
+		t.Errorf("processes started after the mark still run: gpu-scheduler %v, gpu-webhook %v", sched.Running(), webhook.Running())
+	}
+	running := map[string]bool{}
+	for _, p := range c.Processes() {
+		running[p.Name] = p.Running
+	}
+	if want := map[string]bool{"etcd": true, "gpu-scheduler": false, "gpu-webhook": false}; !maps.Equal(running, want) {
+		t.Errorf("Processes() running = %v, want %v", running, want)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if etcd.Running() {
+		t.Error("Stop left the earlier process running")
 	}
 }

@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -26,13 +30,108 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
 )
 
-// Existing clusters (Options.Kubeconfig). The run starts no control plane: it creates its node
-// pools (kwok must run in that cluster to make them Ready and to run and complete the pods),
-// installs the CRDs, runs the agent fleet, webhook and gpu-scheduler against it, and afterwards
-// removes exactly what it created (owned). The stock baseline uses the cluster's own
-// kube-scheduler.
+// Clusters shared by consecutive runs (sites). With Options.Kubeconfig the runs start no control
+// plane: they create the node pools (kwok must run in that cluster to make them Ready and to run
+// and complete the pods), install the CRDs, run the agent fleet, webhook and gpu-scheduler
+// against it, and afterwards remove exactly what they created (owned); the stock baseline uses
+// the cluster's own kube-scheduler. Without it the runs share one harness control plane that
+// the first starts, in the same way: each run removes what it created but the nodes, the next
+// one reuses them, and the last stops the control plane.
 
-// Targets says which cluster each mode runs on: "" is a fresh harness cluster, anything else
+// site is one cluster and the runs on it, one after the other.
+type site struct {
+	kubeconfig string // "": the harness control plane this process starts
+	c          *cluster.Cluster
+	own        *owned
+	runs       []string // the runs played on it so far (their LabelRun values)
+	closed     bool
+}
+
+// open starts the harness control plane, or attaches to the existing cluster, once; it records
+// what the cluster holds before the first run, so that cleanup removes only what the runs make.
+// run labels the nodes the runs create on an existing cluster.
+func (st *site) open(ctx context.Context, s *scenario.Scenario, run string, profiling bool) error {
+	if st.c != nil {
+		return nil
+	}
+	var err error
+	if st.kubeconfig != "" {
+		st.c, err = cluster.Attach(ctx, "sim", st.kubeconfig)
+	} else {
+		// No stock kube-scheduler yet: the stock run starts its own (StartStockScheduler).
+		st.c, err = cluster.Start(ctx, cluster.Config{Name: "sim", Profiling: profiling})
+	}
+	if err != nil {
+		return err
+	}
+	before, err := survey(ctx, st.c.RESTConfig())
+	if err == nil {
+		var o owned
+		if o, err = planOwned(s, run, before, ourCRDs, webhookNames()); err == nil {
+			st.own = &o
+			return nil
+		}
+	}
+	_ = st.c.Stop()
+	st.c, st.closed = nil, true
+	if st.kubeconfig == "" {
+		return fmt.Errorf("harness cluster: %w", err)
+	}
+	return fmt.Errorf("cluster of %s: %w", st.kubeconfig, err)
+}
+
+// close stops every process started for the site (for the harness, the control plane itself)
+// and, on an existing cluster, removes what the runs created there, nodes included, even after
+// Ctrl-C. It is safe to call more than once.
+func (st *site) close(ctx context.Context) error {
+	if st.c == nil || st.closed {
+		return nil
+	}
+	st.closed = true
+	err := st.c.Stop()
+	if st.kubeconfig != "" && st.own != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		err = errors.Join(err, st.own.cleanup(cctx, st.c.RESTConfig(), st.runs, false))
+	}
+	return err
+}
+
+// poolNodes names the scenario's pool nodes that exist already: none on a fresh cluster, all of
+// them (but those a NodeRemoved fault deleted) when an earlier run on the site made them.
+func poolNodes(ctx context.Context, mc metadata.Interface, s *scenario.Scenario) (sets.Set[string], error) {
+	var pools []string
+	for _, p := range s.Spec.NodePools {
+		pools = append(pools, p.Name)
+	}
+	sel := labels.NewSelector()
+	req, err := labels.NewRequirement(cluster.LabelPool, selection.In, pools)
+	if err != nil {
+		return nil, fmt.Errorf("selecting the nodes of pools %v: %w", pools, err)
+	}
+	l, err := mc.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx, metav1.ListOptions{LabelSelector: sel.Add(*req).String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the nodes of pools %v: %w", pools, err)
+	}
+	have := sets.New[string]()
+	for _, n := range l.Items {
+		have.Insert(n.Name)
+	}
+	return have, nil
+}
+
+// missingNodes are the indices of the pool's nodes that poolNodes did not find.
+func missingNodes(p scenario.NodePool, have sets.Set[string]) []int {
+	missing := []int{}
+	for i := range p.Count {
+		if !have.Has(cluster.NodeName(p.Name, i)) {
+			missing = append(missing, i)
+		}
+	}
+	return missing
+}
+
+// Targets says which cluster each mode runs on: "" is the harness cluster, anything else
 // the kubeconfig of an existing one. It also checks the combination of options.
 func (o Options) Targets() (map[string]string, error) {
 	if o.BaselineKubeconfig != "" && o.Kubeconfig == "" {
@@ -79,9 +178,9 @@ func (o Options) draWanted() bool {
 	return o.Scenario != nil && o.Scenario.Spec.Baseline.DRA
 }
 
-// owned is what one run created on an existing cluster; cleanup removes exactly this.
+// owned is what the runs on a site create there; cleanup removes exactly this.
 type owned struct {
-	run        string   // value of LabelRun on its nodes, pods and claims
+	run        string   // value of LabelRun on its nodes (on an existing cluster)
 	nodes      []string // its pools' nodes (none existed before: preflight checks)
 	namespaces []string // namespaces that did not exist before
 	crds       []string // CRDs that did not exist before
@@ -157,9 +256,10 @@ func first(s []string, n int) []string {
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// The CRDs the chart ships, and the webhook configurations launch.StartWebhook registers.
+// The CRDs the chart ships (the run installs them all; cleanup looks them up by index), and the webhook configurations launch.StartWebhook registers.
 var (
-	ourCRDs = []string{"gpuclaims." + gpuv1.GroupName, "gpunodestatuses." + gpuv1.GroupName}
+	ourCRDs = []string{"gpuclaims." + gpuv1.GroupName, "gpunodestatuses." + gpuv1.GroupName,
+		"gpuclaimtemplates." + gpuv1.GroupName, "gpuworkloads." + gpuv1.GroupName}
 )
 
 func webhookNames() []string {
@@ -216,9 +316,11 @@ func survey(ctx context.Context, cfg *rest.Config) (existing, error) {
 	return e, nil
 }
 
-// cleanup removes what the run created, after its processes are stopped. It waits until the
-// namespaces are gone, so that a following run on the same cluster starts clean.
-func (o owned) cleanup(ctx context.Context, cfg *rest.Config) error {
+// cleanup removes what the runs created, after their processes are stopped: the workload objects
+// of runs (by their LabelRun values), and the rest of what the site owns. With keepNodes the
+// nodes, their node leases and labels stay for the next run. It waits until the namespaces and
+// CRDs are gone, so that a following run on the same cluster starts clean.
+func (o owned) cleanup(ctx context.Context, cfg *rest.Config, runs []string, keepNodes bool) error {
 	logger := klog.FromContext(ctx)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -233,13 +335,22 @@ func (o owned) cleanup(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	var errs []error
+	var mu sync.Mutex
 	keep := func(what string, err error) {
 		if err != nil && !apierrors.IsNotFound(err) {
+			mu.Lock()
 			errs = append(errs, fmt.Errorf("cleanup: %s: %w", what, err))
+			mu.Unlock()
 		}
 	}
-	byRun := metav1.ListOptions{LabelSelector: LabelRun + "=" + o.run}
+	sel, err := labels.NewRequirement(LabelRun, selection.In, runs)
+	if err != nil {
+		return fmt.Errorf("cleanup: selecting runs %v: %w", runs, err)
+	}
+	byRun := metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*sel).String()}
+	nodesByRun := metav1.ListOptions{LabelSelector: LabelRun + "=" + o.run}
 	zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+	what := strings.Join(runs, ", ")
 	// Webhooks first: with their server gone they would only slow down (or fail) the deletes.
 	ar := cs.AdmissionregistrationV1()
 	for _, n := range o.webhooks {
@@ -247,13 +358,28 @@ func (o owned) cleanup(ctx context.Context, cfg *rest.Config) error {
 		keep("ValidatingWebhookConfiguration "+n, ar.ValidatingWebhookConfigurations().Delete(ctx, n, metav1.DeleteOptions{}))
 	}
 	bg := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}
-	keep("Jobs of run "+o.run, cs.BatchV1().Jobs(o.podNS).DeleteCollection(ctx, bg, byRun))
-	keep("Deployments of run "+o.run, cs.AppsV1().Deployments(o.podNS).DeleteCollection(ctx, bg, byRun))
-	keep("ReplicaSets of run "+o.run, cs.AppsV1().ReplicaSets(o.podNS).DeleteCollection(ctx, bg, byRun))
-	keep("pods of run "+o.run, cs.CoreV1().Pods(o.podNS).DeleteCollection(ctx, zero, byRun))
-	keep("GpuClaimTemplates of run "+o.run, gcs.GpuV1().GpuClaimTemplates(o.podNS).DeleteCollection(ctx, metav1.DeleteOptions{}, byRun))
-	if !sets.New(o.crds...).Has(ourCRDs[0]) {
-		keep("GpuClaims of run "+o.run, gcs.GpuV1().GpuClaims(o.podNS).DeleteCollection(ctx, metav1.DeleteOptions{}, byRun))
+	keep("Jobs of runs "+what, cs.BatchV1().Jobs(o.podNS).DeleteCollection(ctx, bg, byRun))
+	keep("Deployments of runs "+what, cs.AppsV1().Deployments(o.podNS).DeleteCollection(ctx, bg, byRun))
+	keep("ReplicaSets of runs "+what, cs.AppsV1().ReplicaSets(o.podNS).DeleteCollection(ctx, bg, byRun))
+	keep("pods of runs "+what, cs.CoreV1().Pods(o.podNS).DeleteCollection(ctx, zero, byRun))
+	// The objects of a CRD the runs installed are all theirs: every one goes, by collection,
+	// before the CRD itself. Left to the CRD's finalizer, they would be listed again only
+	// 5 s after its delete (its poll), which made each cleanup 5 s longer.
+	crds := sets.New(o.crds...)
+	mine := func(crd string) metav1.ListOptions {
+		if crds.Has(crd) {
+			return metav1.ListOptions{}
+		}
+		return byRun
+	}
+	v1 := gcs.GpuV1()
+	keep("GpuClaimTemplates of runs "+what, v1.GpuClaimTemplates(o.podNS).DeleteCollection(ctx, metav1.DeleteOptions{}, mine(ourCRDs[2])))
+	keep("GpuClaims of runs "+what, v1.GpuClaims(o.podNS).DeleteCollection(ctx, metav1.DeleteOptions{}, mine(ourCRDs[0])))
+	if crds.Has(ourCRDs[1]) {
+		keep("GpuNodeStatuses", v1.GpuNodeStatuses().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
+	}
+	if crds.Has(ourCRDs[3]) {
+		keep("GpuWorkloads", v1.GpuWorkloads(o.podNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
 	}
 	if l, err := cs.CoordinationV1().Leases(LeaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: gpuv1.LabelLeaseNode}); err == nil {
 		metas := make([]metav1.ObjectMeta, len(l.Items))
@@ -266,35 +392,55 @@ func (o owned) cleanup(ctx context.Context, cfg *rest.Config) error {
 	} else {
 		keep("listing GPU leases", err)
 	}
-	keep("nodes of run "+o.run, cs.CoreV1().Nodes().DeleteCollection(ctx, zero, byRun))
-	for _, n := range o.nodes {
-		keep("node lease "+n, cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, n, metav1.DeleteOptions{}))
-		if !sets.New(o.crds...).Has(ourCRDs[1]) {
+	if !keepNodes {
+		keep("nodes of run "+o.run, cs.CoreV1().Nodes().DeleteCollection(ctx, zero, nodesByRun))
+	}
+	// Node leases and GpuNodeStatuses (of a CRD that was there before) carry no run label: by
+	// name, from many workers. A kept node keeps its lease (kwok renews it) but not its status:
+	// the next run's agents publish it anew, as on a fresh cluster.
+	statuses := !crds.Has(ourCRDs[1])
+	_ = parallel(ctx, len(o.nodes), 32, func(ctx context.Context, i int) error {
+		n := o.nodes[i]
+		if !keepNodes {
+			keep("node lease "+n, cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, n, metav1.DeleteOptions{}))
+		}
+		if statuses {
 			keep("GpuNodeStatus "+n, gcs.GpuV1().GpuNodeStatuses().Delete(ctx, n, metav1.DeleteOptions{}))
 		}
-	}
+		return nil
+	})
+	// The CRDs go first and the namespaces only once they are gone: deleted together, the
+	// namespace controller met the CRDs' group vanishing from discovery while it emptied the
+	// namespaces and took 5 s more to finish them.
 	for _, n := range o.crds {
 		keep("CRD "+n, dc.Resource(crdGVR).Delete(ctx, n, metav1.DeleteOptions{}))
 	}
+	waitGone := func(what string, names []string, get func(string) error) time.Duration {
+		t := time.Now()
+		err := waitFor(ctx, 3*time.Minute, func() bool {
+			for _, n := range names {
+				if !apierrors.IsNotFound(get(n)) {
+					return false
+				}
+			}
+			return true
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cleanup: %s %v still there after 3m", what, names))
+		}
+		return time.Since(t)
+	}
+	crdsGone := waitGone("CRDs", o.crds, func(n string) error {
+		_, err := dc.Resource(crdGVR).Get(ctx, n, metav1.GetOptions{})
+		return err
+	})
 	for _, n := range o.namespaces {
 		keep("namespace "+n, cs.CoreV1().Namespaces().Delete(ctx, n, metav1.DeleteOptions{}))
 	}
-	gone := func() bool {
-		for _, n := range o.namespaces {
-			if _, err := cs.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return false
-			}
-		}
-		for _, n := range o.crds {
-			if _, err := dc.Resource(crdGVR).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return false
-			}
-		}
-		return true
-	}
-	if err := waitFor(ctx, 3*time.Minute, gone); err != nil {
-		errs = append(errs, fmt.Errorf("cleanup: namespaces %v / CRDs %v still there after 3m", o.namespaces, o.crds))
-	}
-	logger.Info("Cleaned up the run's objects on the existing cluster", "run", o.run, "nodes", len(o.nodes), "namespaces", o.namespaces, "crds", o.crds, "webhooks", o.webhooks)
+	nsGone := waitGone("namespaces", o.namespaces, func(n string) error {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{})
+		return err
+	})
+	logger.Info("Removed the runs' objects from the cluster", "runs", runs, "nodes", len(o.nodes), "keepNodes", keepNodes, "namespaces", o.namespaces, "crds", o.crds, "webhooks", o.webhooks, "waitedForCRDs", crdsGone.Round(time.Millisecond), "waitedForNamespaces", nsGone.Round(time.Millisecond))
 	return errors.Join(errs...)
 }

@@ -1,14 +1,18 @@
 package runner
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	metadatafake "k8s.io/client-go/metadata/fake"
 
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
 
@@ -161,5 +165,38 @@ func TestOwnedLeases(t *testing.T) {
 	want := []string{"gpu-a100-00000-0", "gpu-a100-00001-3"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ownedLeases = %v, want %v", got, want)
+	}
+}
+
+func TestPoolNodesAndMissingNodes(t *testing.T) {
+	s := testScenario(false) // pools a100 (2 nodes) and pairs (1)
+	node := func(name, pool string) runtime.Object {
+		return &metav1.PartialObjectMetadata{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cluster.LabelPool: pool}},
+		}
+	}
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	// An earlier run made the pools' nodes; a NodeRemoved fault deleted a100-00001. Another
+	// pool's node is not the scenario's.
+	mc := metadatafake.NewSimpleMetadataClient(scheme, node("a100-00000", "a100"), node("pairs-00000", "pairs"), node("other-00000", "other"))
+	have, err := poolNodes(context.Background(), mc, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := sets.New("a100-00000", "pairs-00000"); !have.Equal(want) {
+		t.Errorf("poolNodes = %v, want %v", sets.List(have), sets.List(want))
+	}
+	if got := missingNodes(s.Spec.NodePools[0], have); !reflect.DeepEqual(got, []int{1}) {
+		t.Errorf("missing in a100 = %v, want [1]", got)
+	}
+	if got := missingNodes(s.Spec.NodePools[1], have); len(got) != 0 {
+		t.Errorf("missing in pairs = %v, want none", got)
+	}
+	if got := missingNodes(s.Spec.NodePools[0], sets.New[string]()); !reflect.DeepEqual(got, []int{0, 1}) {
+		t.Errorf("missing on a fresh cluster = %v, want [0 1]", got)
 	}
 }

@@ -1,7 +1,8 @@
 // Package runner plays a scenario: it brings up a harness cluster, creates the node pools,
 // starts the production agent fleet, webhook and gpu-scheduler, plays the workload and the
-// faults, records what happens and computes the figures; then it does the same on a fresh
-// identical cluster with the stock kube-scheduler. No scheduling happens here.
+// faults, records what happens and computes the figures; then it removes what that run created
+// but the nodes and does the same on that control plane with the stock kube-scheduler. No
+// scheduling happens here.
 package runner
 
 import (
@@ -11,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
 
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
@@ -48,7 +51,10 @@ const (
 	ModePremade = "gpu-scheduler/pre-made"
 )
 
-// Modes lists the modes in the order they run and are reported.
+// Modes lists the modes in the order they run and are reported. The DRA run comes last: runs
+// after the first reuse its control plane and nodes once the previous run's objects are
+// removed, and that removal knows nothing of ResourceSlices, DeviceClasses and
+// ResourceClaimTemplates.
 var Modes = []string{ModeGPU, ModePremade, ModeStock, ModeDRA}
 
 // ModeTitle is how the report heads a mode's column.
@@ -210,9 +216,30 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 			modes = append(modes, m)
 		}
 	}
+	// One site per cluster: the runs on the same one follow each other on its control plane.
+	sites := map[string]*site{}
+	defer func() {
+		// Normally the last run on each site has closed it; this is for a run that failed
+		// before it could.
+		for _, st := range sites {
+			_ = st.close(ctx)
+		}
+	}()
 	var out []*RunResult
-	for _, m := range modes {
-		r, err := runOne(ctx, o, m, targets[m])
+	for i, m := range modes {
+		k := targets[m]
+		st := sites[k]
+		if st == nil {
+			st = &site{kubeconfig: k}
+			sites[k] = st
+		}
+		last := true
+		for _, later := range modes[i+1:] {
+			if targets[later] == k {
+				last = false
+			}
+		}
+		r, err := runOne(ctx, o, m, st, last)
 		if err != nil {
 			return out, fmt.Errorf("%s run of scenario %s: %w", m, o.Scenario.Metadata.Name, err)
 		}
@@ -221,7 +248,9 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 	return out, nil
 }
 
-func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResult, err error) {
+// runOne plays the scenario once, with mode's scheduler, on st's cluster; the first run on st
+// starts (or attaches to) it, the last one stops it.
+func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_ *RunResult, err error) {
 	s := o.Scenario
 	stock := mode == ModeStock || mode == ModeDRA // both baselines run the stock kube-scheduler
 	withDRA := mode == ModeDRA
@@ -234,43 +263,78 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeDRA: "dra", ModePremade: "premade"}[mode]
 	bar := newProgress(o.Progress, mode)
 	run := runID(short, began)
-	external := kubeconfig != ""
-	var c *cluster.Cluster
-	var own *owned
-	if external {
-		bar.phase("attaching to the cluster of " + kubeconfig)
-		if c, own, err = attach(ctx, s, "sim-"+short, kubeconfig, run); err != nil {
-			return nil, err
-		}
-		res.Notes = append(res.Notes, fmt.Sprintf("ran on the existing cluster of %s (its own kwok%s); peak RSS counts only the processes this run started and gpu-sim", kubeconfig, map[bool]string{true: " and kube-scheduler", false: ""}[stock]))
-	} else {
+	external := st.kubeconfig != ""
+	reused := st.c != nil
+	switch {
+	case reused:
+		// No phase line: nothing is started.
+	case external:
+		bar.phase("attaching to the cluster of " + st.kubeconfig)
+	default:
 		bar.phase("starting the control plane")
-		if c, err = cluster.Start(ctx, cluster.Config{Name: "sim-" + short, StockScheduler: stock, Profiling: o.Profile}); err != nil {
+	}
+	if err := st.open(ctx, s, run, o.Profile); err != nil {
+		return nil, err
+	}
+	st.runs = append(st.runs, run)
+	c := st.c
+	mark := c.ProcessMark()
+	if external {
+		res.Notes = append(res.Notes, fmt.Sprintf("ran on the existing cluster of %s (its own kwok%s); peak RSS counts only the processes this run started and gpu-sim", st.kubeconfig, map[bool]string{true: " and kube-scheduler", false: ""}[stock]))
+	}
+	if reused && external {
+		res.Notes = append(res.Notes, "ran after the run before it on the same cluster had removed everything it made but its nodes, which this run reused")
+	}
+	if reused && !external {
+		res.Notes = append(res.Notes, "ran on the nodes and control plane of the run before it (etcd and kube-apiserver restarted on the same data, kube-controller-manager and kwok kept), after removing that run's processes, pods, claims, leases, GpuNodeStatuses, CRDs, webhook configurations and namespaces (docs/simulator.md)")
+		// Fresh etcd and kube-apiserver processes on the same data: the figures of this run,
+		// peak RSS above all, are then those of processes that served this run alone.
+		bar.phase("restarting etcd and kube-apiserver")
+		if err := c.RestartEtcdAndAPIServer(ctx); err != nil {
+			_ = st.close(ctx)
 			return nil, err
 		}
 	}
+	if reused {
+		// gpu-sim itself cannot restart: the run before's agent fleet and recorder are gone,
+		// and their heap goes back to the kernel now rather than gradually during this run.
+		debug.FreeOSMemory()
+	}
 	defer func() {
 		t := time.Now()
-		bar.phase("stopping the control plane")
 		defer func() { bar.mark(""); res.Phases = bar.phases }()
-		if o.LogDir != "" {
-			copyLogs(c.WorkDir(), filepath.Join(o.LogDir, "logs-"+short))
-		}
-		if stopErr := c.Stop(); stopErr != nil {
-			err = errors.Join(err, stopErr)
-		}
-		if own != nil {
-			// The run's own processes are gone; remove its objects even after Ctrl-C.
+		if last || err != nil {
+			// The site's last run (or a failed one: no run follows): stop everything and, on an
+			// existing cluster, remove what the runs created, even after Ctrl-C.
+			bar.phase(map[bool]string{true: "stopping the run's processes and removing its objects from the cluster", false: "stopping the control plane"}[external])
+			if o.LogDir != "" {
+				copyLogs(c.WorkDir(), filepath.Join(o.LogDir, "logs-"+short))
+			}
+			err = errors.Join(err, st.close(ctx))
+		} else {
+			// The next run reuses the control plane and the nodes: stop this run's processes
+			// and remove everything else it made, so that the next one starts as on a fresh
+			// cluster whose nodes are Ready.
+			bar.phase("stopping the run's processes")
+			stopErr := c.StopSince(mark)
+			if o.LogDir != "" {
+				copyLogs(c.WorkDir(), filepath.Join(o.LogDir, "logs-"+short))
+			}
+			bar.phase("removing the run's objects (the nodes stay for the next run)")
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 			defer cancel()
-			bar.phase("removing the run's objects from the cluster")
-			if cerr := own.cleanup(cctx, c.RESTConfig()); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-			bar.phase("")
+			err = errors.Join(err, stopErr, st.own.cleanup(cctx, c.RESTConfig(), []string{run}, true))
 		}
+		bar.phase("")
 		res.Teardown += time.Since(t)
 	}()
+	if stock && !external {
+		// The stock scheduler of this run only: a run after it starts its own.
+		bar.phase("starting kube-scheduler")
+		if err := c.StartStockScheduler(ctx); err != nil {
+			return nil, err
+		}
+	}
 	cfg := c.RESTConfig()
 	cfg.QPS, cfg.Burst = 5000, 10000
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -302,8 +366,18 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 	} else {
 		gcKnows <- nil
 	}
-	bar.phase("creating nodes")
 	nodes, _ := s.TotalNodes()
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	have, err := poolNodes(ctx, mc, s)
+	if err != nil {
+		return nil, err
+	}
+	if have.Len() < nodes {
+		bar.phase(fmt.Sprintf("creating %d nodes", nodes-have.Len()))
+	}
 	for _, p := range s.Spec.NodePools {
 		np := cluster.NodePool{Name: p.Name, Count: p.Count, GPUsPerNode: p.GPUsPerNode, Topology: p.Topology, Labels: p.Labels}
 		if p.CPUMilli > 0 {
@@ -313,8 +387,8 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 			np.Memory = *resource.NewQuantity(int64(p.MemoryMiB)<<20, resource.BinarySI)
 		}
 		if external {
-			// Cleanup deletes exactly the nodes carrying this run's label.
-			np.Labels = map[string]string{LabelRun: run}
+			// Cleanup deletes exactly the nodes carrying the site's label.
+			np.Labels = map[string]string{LabelRun: st.own.run}
 			for k, v := range p.Labels {
 				np.Labels[k] = v
 			}
@@ -322,7 +396,7 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		for _, t := range p.Taints {
 			np.Taints = append(np.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
 		}
-		if err := c.CreateNodePool(ctx, np); err != nil {
+		if err := c.CreateNodes(ctx, np, missingNodes(p, have)); err != nil {
 			return nil, err
 		}
 	}
@@ -623,9 +697,9 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 
 	// Clean up and count the leases that outlive their pods.
 	t := time.Now()
-	if stock && !external {
+	if stock && !external && last {
 		// The stock run's cluster is thrown away with everything in it, and it has no leases to
-		// count: deleting its pods one by one would only add minutes to a large scenario.
+		// count: deleting its pods would only add minutes to a large scenario.
 		res.Teardown = time.Since(t)
 		return res, nil
 	}
@@ -641,10 +715,8 @@ func runOne(ctx context.Context, o Options, mode, kubeconfig string) (_ *RunResu
 		if err := deleteControllers(ctx, cs, ns, run); err != nil {
 			return nil, err
 		}
-		// The controllers' pods have names of their making: the sweep by run label finds them.
-		plan = nil
 	}
-	if err := deleteWorkload(ctx, cs, ns, run, plan); err != nil {
+	if err := deleteWorkload(ctx, cs, ns, run); err != nil {
 		return nil, err
 	}
 	if !stock {
@@ -704,17 +776,13 @@ func startProfiles(ctx context.Context, c *cluster.Cluster, sched *launch.Schedu
 
 // deleteWorkload deletes the run's pods with grace 0 (they are fake, and waiting for kwok to
 // finish 10,000 graceful deletions took longer than the run itself; the scheduler sees the
-// deletes either way): by name from many workers, which is several times faster than one
-// DeleteCollection (the apiserver deletes a collection's items one after another, and one
-// call for 10,000 pods outlasted its request timeout on scale-5k), then with DeleteCollection
-// until no pod of the run is left, for pods the plan does not name.
-func deleteWorkload(ctx context.Context, cs kubernetes.Interface, ns, run string, plan []scenario.PodPlan) error {
+// deletes either way) with DeleteCollection by the run's label, repeated until no pod of the
+// run is left. The harness apiserver deletes a collection's items on 16 workers
+// (--delete-collection-workers), which costs it less than one request per pod; an existing
+// cluster's apiserver may do it one after another, and a call that outlasts its request timeout
+// is simply made again for what is left.
+func deleteWorkload(ctx context.Context, cs kubernetes.Interface, ns, run string) error {
 	opts := metav1.DeleteOptions{GracePeriodSeconds: &zeroGrace}
-	_ = parallel(ctx, len(plan), 64, func(ctx context.Context, i int) error {
-		// Errors are not fatal here: the sweep below retries whatever is left.
-		_ = cs.CoreV1().Pods(ns).Delete(ctx, plan[i].Name, opts)
-		return nil
-	})
 	byRun := metav1.ListOptions{LabelSelector: LabelRun + "=" + run}
 	var lastErr error
 	gone := waitFor(ctx, 5*time.Minute, func() bool {
@@ -731,24 +799,6 @@ func deleteWorkload(ctx context.Context, cs kubernetes.Interface, ns, run string
 		return fmt.Errorf("deleting the workload pods in %s: %w (last delete error: %v)", ns, gone, lastErr)
 	}
 	return nil
-}
-
-// attach takes an existing cluster: it checks the run can own its nodes there and records what
-// exists, so that cleanup removes only what the run creates.
-func attach(ctx context.Context, s *scenario.Scenario, name, kubeconfig, run string) (*cluster.Cluster, *owned, error) {
-	c, err := cluster.Attach(ctx, name, kubeconfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	before, err := survey(ctx, c.RESTConfig())
-	if err == nil {
-		var o owned
-		if o, err = planOwned(s, run, before, ourCRDs, webhookNames()); err == nil {
-			return c, &o, nil
-		}
-	}
-	_ = c.Stop()
-	return nil, nil, fmt.Errorf("cluster of %s: %w", kubeconfig, err)
 }
 
 // settled: every created pod is bound or ended.
@@ -861,6 +911,9 @@ func sampleRSS(ctx context.Context, c *cluster.Cluster, mu *sync.Mutex, res *Run
 		var total int64
 		mu.Lock()
 		for _, p := range c.Processes() {
+			if !p.Running {
+				continue // an earlier run's scheduler or webhook, on a reused control plane
+			}
 			total += p.RSSBytes
 			res.PeakRSSByProcess[p.Name] = max(res.PeakRSSByProcess[p.Name], p.RSSBytes)
 		}
