@@ -36,6 +36,11 @@ type podRecord struct {
 	node          string
 	ids           []int
 	unschedulable string // last Unschedulable message, if any
+	// unschedAt is when the pod was first seen with PodScheduled=False (unschedOK: at all).
+	unschedAt time.Duration
+	unschedOK bool
+	// podName is the pod's own name (a controller's pod stands for a plan slot of another).
+	podName string
 	// draFallback: the DRA claim was allocated by its prioritized list's last subrequest
 	// (any GPUs), not the one-island one.
 	draFallback bool
@@ -145,7 +150,7 @@ func (r *recorder) observePod(pod *corev1.Pod, deleted bool) {
 	}
 	p := r.pod(name)
 	if !p.seenOK {
-		p.seen, p.seenOK = at, true
+		p.seen, p.seenOK, p.podName = at, true, pod.Name
 	}
 	if pod.Spec.NodeName != "" && !p.boundOK {
 		p.bound, p.boundOK, p.node = at, true, pod.Spec.NodeName
@@ -162,6 +167,9 @@ func (r *recorder) observePod(pod *corev1.Pod, deleted bool) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 			p.unschedulable = c.Message
+			if !p.unschedOK {
+				p.unschedAt, p.unschedOK = at, true
+			}
 			if !p.boundOK && !r.firstUnplacedOK {
 				r.firstUnplaced, r.firstUnplacedOK = at, true
 			}

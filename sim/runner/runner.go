@@ -573,6 +573,25 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	if err != nil {
 		return nil, err
 	}
+	if o.LogDir != "" {
+		// Where each pod's time went, and how the scheduler's queue moved them: read beside
+		// the components' logs when a figure needs explaining.
+		if err := rec.writeTimeline(filepath.Join(o.LogDir, "pods-"+short+".tsv")); err != nil {
+			res.Notes = append(res.Notes, err.Error())
+		}
+		url := ""
+		switch {
+		case sched != nil:
+			url = "https://127.0.0.1:" + strconv.Itoa(sched.Port)
+		case stock && !c.Attached():
+			url = c.SchedulerURL()
+		}
+		if url != "" {
+			if err := saveSchedulerMetrics(ctx, c.RESTConfig(), url, filepath.Join(o.LogDir, "scheduler-metrics-"+short+".txt")); err != nil {
+				res.Notes = append(res.Notes, err.Error())
+			}
+		}
+	}
 	cancelW()
 	wg.Wait()
 	if perr := <-playErr; perr != nil && !errors.Is(perr, context.Canceled) {

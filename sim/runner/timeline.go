@@ -1,0 +1,111 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// writeTimeline writes one line per pod of the run to path: its name and, as wall-clock Unix
+// seconds (to line up with the components' logs), when it was first seen, first seen
+// unschedulable and seen bound; "-" where that never happened. It is what tells where a pod's
+// time went between the controller that made it and its binding.
+func (r *recorder) writeTimeline(path string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	names := make([]string, 0, len(r.pods))
+	for n := range r.pods {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("creating the pod timeline: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, "pod\tseen\tunschedulable\tbound")
+	stamp := func(d time.Duration, ok bool) string {
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", float64(r.start.Add(d).UnixNano())/1e9)
+	}
+	for _, n := range names {
+		p := r.pods[n]
+		name := p.podName
+		if name == "" {
+			name = n
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, stamp(p.seen, p.seenOK), stamp(p.unschedAt, p.unschedOK), stamp(p.bound, p.boundOK))
+	}
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("writing the pod timeline: %w", err)
+	}
+	return f.Close()
+}
+
+// schedulerMetricPrefixes are the series of the scheduler's /metrics kept after a run: how pods
+// moved through the scheduling queue and how many attempts they took.
+var schedulerMetricPrefixes = []string{
+	"scheduler_queue_incoming_pods_total",
+	"scheduler_schedule_attempts_total",
+	"scheduler_pod_scheduling_attempts",
+	"scheduler_unschedulable_pods",
+	"scheduler_plugin_execution_duration_seconds_count",
+}
+
+// saveSchedulerMetrics reads the scheduler's /metrics at url with auth's credentials (the
+// cluster admin's; the scheduler's serving certificate is self-signed, so it is not checked)
+// and writes the series of schedulerMetricPrefixes to path.
+func saveSchedulerMetrics(ctx context.Context, auth *rest.Config, url, path string) error {
+	cfg := rest.CopyConfig(auth)
+	cfg.TLSClientConfig.Insecure = true
+	cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile = nil, ""
+	tc, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return fmt.Errorf("client credentials for the scheduler's metrics: %w", err)
+	}
+	if tc == nil {
+		tc = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // loopback, self-signed
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 30 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	if cfg.BearerToken != "" {
+		req.Header.Set("Authorization", "Bearer "+cfg.BearerToken)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("reading the scheduler's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("reading the scheduler's metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading the scheduler's metrics: %s: %.200s", resp.Status, body)
+	}
+	var out strings.Builder
+	for line := range strings.SplitSeq(string(body), "\n") {
+		for _, p := range schedulerMetricPrefixes {
+			if strings.HasPrefix(line, p) {
+				out.WriteString(line + "\n")
+				break
+			}
+		}
+	}
+	return os.WriteFile(path, []byte(out.String()), 0o644)
+}
