@@ -359,7 +359,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		}
 	}
 	// The garbage collector must know GpuClaims before the workload (waitGCKnowsClaims); its
-	// probe runs alongside the setup and is waited for before the clock starts.
+	// probe runs alongside the setup and is waited for before the agent fleet starts.
 	gcKnows := make(chan error, 1)
 	if controllers && !stock {
 		go func() { gcKnows <- waitGCKnowsClaims(ctx, cs, gcs, ns, run) }()
@@ -426,6 +426,17 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	if err := rec.watch(watchCtx, cs, gcs, ns, withDRA); err != nil {
 		return nil, err
 	}
+	// Waited for before the agents start, not just before the clock: an agent writes its GPUs'
+	// usage at most every 30 s (agent.Config.UsageWriteInterval), so agents that started half
+	// a minute before the workload would each write their status during it (40 writes at
+	// workloads.yaml), which agents started seconds before the clock, as in the other runs,
+	// leave until after it.
+	if controllers && !stock {
+		bar.phase("waiting for the garbage collector to know GpuClaims")
+	}
+	if err := <-gcKnows; err != nil {
+		return nil, err
+	}
 	bar.phase("starting the agent fleet")
 	fleetCtx, stopFleet := context.WithCancel(ctx)
 	defer stopFleet() // before the cluster stops (defers run last-in first-out)
@@ -477,12 +488,6 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 			return nil, err
 		}
 		res.Notes = append(res.Notes, draGaps(plan)...)
-	}
-	if controllers && !stock {
-		bar.phase("waiting for the garbage collector to know GpuClaims")
-	}
-	if err := <-gcKnows; err != nil {
-		return nil, err
 	}
 	res.Setup = time.Since(began)
 
