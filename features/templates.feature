@@ -1,10 +1,11 @@
 @templates
 Feature: Pods get GPUs from a GpuClaimTemplate, one claim per pod, cleaned up with the pod
   A pod, or the pod template of a Job or a Deployment, names a GpuClaimTemplate in the
-  gpu.scheduling/claim-template annotation. The gpu-controller makes one GpuClaim per pod from
-  it, named "<pod>-<template>" and owned by the pod; the scheduler waits for that claim and
-  places the pod with it. When the pod goes away the garbage collector deletes the claim and
-  the scheduler releases the GPUs.
+  gpu.scheduling/claim-template annotation. Every pod gets one GpuClaim made from it, named
+  "<pod>-<template>" and owned by the pod: the scheduler places the pod with the template and
+  makes the claim when it binds the pod (gpu-controller makes the claims of gang templates,
+  before the gang is placed, and reports a missing template). When the pod goes away the
+  garbage collector deletes the claim and the scheduler releases the GPUs.
 
   Scenario: A pod gets its own claim from a template, and pod, claim and leases go together
     Given a cluster of 1 "dgx-a100" node
@@ -20,7 +21,7 @@ Feature: Pods get GPUs from a GpuClaimTemplate, one claim per pod, cleaned up wi
     Given a cluster of 1 "dgx-a100" node
     When pod "q" uses claim template "later"
     Then pod "q" has a Warning event "ClaimTemplateNotFound" saying "GpuClaimTemplate {namespace}/later named in annotation gpu.scheduling/claim-template does not exist"
-    And pod "q" is pending: "waiting for GpuClaim {namespace}/q-later to be made from GpuClaimTemplate later for pod q"
+    And pod "q" is pending: "waiting for GpuClaim {namespace}/q-later to be made from GpuClaimTemplate later for pod q: GpuClaimTemplate {namespace}/later does not exist"
     When GpuClaimTemplate "later" for 1 GPU is created
     Then pod "q" has a GpuClaim made from template "later" that it owns
     And pod "q" is bound

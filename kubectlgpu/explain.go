@@ -31,8 +31,13 @@ type Explanation struct {
 	Node          string                `json:"node,omitempty"`
 	Conditions    []corev1.PodCondition `json:"podConditions,omitempty"`
 	Claim         string                `json:"claim"`
-	// ClaimMissing is set when the pod names a claim that does not exist.
-	ClaimMissing bool                   `json:"claimMissing,omitempty"`
+	// ClaimMissing is set when the pod names a claim that does not exist (and, for a pod naming
+	// a GpuClaimTemplate, the template does not exist either).
+	ClaimMissing bool `json:"claimMissing,omitempty"`
+	// FromTemplate names the GpuClaimTemplate the pod's claim is made from when the claim does
+	// not exist yet: the scheduler places the pod with it and makes the claim when it binds
+	// the pod, so the dry run uses the claim the template describes.
+	FromTemplate string                 `json:"fromTemplate,omitempty"`
 	ClaimPhase   string                 `json:"claimPhase,omitempty"`
 	ClaimMessage string                 `json:"claimMessage,omitempty"`
 	Request      string                 `json:"request,omitempty"`
@@ -124,7 +129,12 @@ func Explain(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface,
 	claim, err := getCustom[apiv1.GpuClaim](ctx, dc, "gpuclaims", ns, claimName)
 	switch {
 	case apierrors.IsNotFound(err) && pod != nil:
-		ex.ClaimMissing = true
+		claim = claimFromTemplate(ctx, dc, pod)
+		if claim == nil {
+			ex.ClaimMissing = true
+		} else {
+			ex.FromTemplate = pod.Annotations[apiv1.AnnotationClaimTemplate]
+		}
 	case apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("neither a pod nor a GpuClaim %s/%s exists", ns, claimName)
 	case err != nil:
@@ -148,6 +158,25 @@ func Explain(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface,
 	ex.DryRun = gpuclaim.DryRun(claim, pod, snap, time.Now(), freshness)
 	ex.Summary = ex.DryRun.Summary()
 	return ex, nil
+}
+
+// claimFromTemplate is the claim the scheduler would make for a pod that names a
+// GpuClaimTemplate (not a gang's: gpu-controller makes those first); nil when the pod names
+// none or the template cannot be read.
+func claimFromTemplate(ctx context.Context, dc dynamic.Interface, pod *corev1.Pod) *apiv1.GpuClaim {
+	template, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]
+	if _, named := pod.Annotations[apiv1.AnnotationClaim]; !ok || named {
+		return nil
+	}
+	tmpl, err := getCustom[apiv1.GpuClaimTemplate](ctx, dc, "gpuclaimtemplates", pod.Namespace, template)
+	if err != nil || tmpl.Spec.Spec.GangRef != "" {
+		return nil
+	}
+	claim, err := apiv1.ClaimFromTemplate(pod, tmpl)
+	if err != nil {
+		return nil
+	}
+	return claim
 }
 
 func getCustom[T any](ctx context.Context, dc dynamic.Interface, resource, ns, name string) (*T, error) {
@@ -294,6 +323,8 @@ func printExplanation(w io.Writer, ex *Explanation, now time.Time) error {
 	}
 	if ex.ClaimMissing {
 		fmt.Fprintf(tw, "GpuClaim:\t%s\tdoes not exist\n", ex.Claim)
+	} else if ex.FromTemplate != "" {
+		fmt.Fprintf(tw, "GpuClaim:\t%s\tnot made yet (from GpuClaimTemplate %s when the pod is bound)\t%s\n", ex.Claim, ex.FromTemplate, ex.Request)
 	} else {
 		fmt.Fprintf(tw, "GpuClaim:\t%s\t%s\t%s\n", ex.Claim, ex.ClaimPhase, ex.Request)
 		if ex.ClaimMessage != "" {

@@ -2,8 +2,19 @@ package kubectlgpu
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim"
 )
 
@@ -25,5 +36,50 @@ func TestSummaryLines(t *testing.T) {
 	blocked := gpuclaim.DryRunResult{Blocked: "GpuClaim ns/c is being deleted"}
 	if got := SummaryLines(blocked); !reflect.DeepEqual(got, []string{"no node is looked at: GpuClaim ns/c is being deleted"}) {
 		t.Errorf("blocked: %q", got)
+	}
+}
+
+// A templated pod that is not bound has no claim yet (the scheduler makes it at binding):
+// explain dry-runs the claim its template describes and says so; with no template the claim
+// is reported missing.
+func TestExplainTemplatedPodWithoutClaim(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := apiv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	templated := func(name, template string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name),
+			Annotations: map[string]string{apiv1.AnnotationClaimTemplate: template}}}
+	}
+	kc := kubefake.NewClientset(templated("web-0", "x2"), templated("lone-0", "nope"))
+	tmpl := &apiv1.GpuClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x2"},
+		Spec: apiv1.GpuClaimTemplateSpec{Spec: apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}}}
+	dc := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
+		apiv1.SchemeGroupVersion.WithResource("gpunodestatuses"):   "GpuNodeStatusList",
+		apiv1.SchemeGroupVersion.WithResource("gpuclaims"):         "GpuClaimList",
+		apiv1.SchemeGroupVersion.WithResource("gpuclaimtemplates"): "GpuClaimTemplateList",
+	}, tmpl)
+
+	ex, err := Explain(t.Context(), kc, dc, "ns", "web-0", 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.ClaimMissing || ex.FromTemplate != "x2" || !strings.HasPrefix(ex.Request, "2 GPUs") {
+		t.Fatalf("explanation %+v, want the claim of template x2 dry-run", ex)
+	}
+	var out strings.Builder
+	if err := printExplanation(&out, ex, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "ns/web-0-x2") || !strings.Contains(out.String(), "not made yet (from GpuClaimTemplate x2 when the pod is bound)") {
+		t.Fatalf("output:\n%s\nwant the claim named as not made yet", out.String())
+	}
+
+	ex, err = Explain(t.Context(), kc, dc, "ns", "lone-0", 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ex.ClaimMissing || ex.FromTemplate != "" {
+		t.Fatalf("explanation %+v, want the claim missing (no template)", ex)
 	}
 }

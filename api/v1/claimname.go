@@ -4,7 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -39,4 +42,27 @@ func ClaimNameForPod(podName, templateName string) (string, error) {
 		return "", fmt.Errorf("claim name %q for pod %q and template %q is not a valid object name: %v", name, podName, templateName, errs)
 	}
 	return name, nil
+}
+
+// ClaimFromTemplate is the GpuClaim of pod made from tmpl: named by ClaimNameForPod, a copy of
+// the template's claim spec, labels and annotations, controlled by the pod (controller and
+// blockOwnerDeletion), so that the garbage collector deletes it with the pod and a foreground
+// delete of the pod waits for it. gpu-scheduler makes it when it binds a pod of its own;
+// gpu-controller makes it for the other pods (see docs/workloads.md). Both make the same object,
+// so whichever comes second gets AlreadyExists and uses the first one's.
+func ClaimFromTemplate(pod *corev1.Pod, tmpl *GpuClaimTemplate) (*GpuClaim, error) {
+	name, err := ClaimNameForPod(pod.Name, tmpl.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &GpuClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            name,
+			Namespace:       pod.Namespace,
+			Labels:          maps.Clone(tmpl.Spec.Metadata.Labels),
+			Annotations:     maps.Clone(tmpl.Spec.Metadata.Annotations),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pod, corev1.SchemeGroupVersion.WithKind("Pod"))},
+		},
+		Spec: *tmpl.Spec.Spec.DeepCopy(),
+	}, nil
 }

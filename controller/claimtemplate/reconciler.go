@@ -1,18 +1,21 @@
-// Package claimtemplate makes the GpuClaim of every pod that names a GpuClaimTemplate: one claim
-// per pod, named by apiv1.ClaimNameForPod, a copy of the template's claim spec, labels and
-// annotations, owned by the pod (controller: true) so that the garbage collector deletes it
-// with the pod. The scheduler finds the claim by the same name and waits for it.
+// Package claimtemplate looks after the pods that name a GpuClaimTemplate: it reports a template
+// that is missing or invalid as a Warning event on the pod, and makes the pod's GpuClaim (named
+// by apiv1.ClaimNameForPod, a copy of the template's claim spec, labels and annotations, owned
+// by the pod so that the garbage collector deletes it with the pod) where gpu-scheduler does not
+// make it itself: for the pods of other schedulers, and for gang templates, whose claims must
+// all exist before any member is placed.
 //
-// The claim is made here, by a controller, and not at admission: a pod created with
+// gpu-scheduler makes the claims of its own pods when it binds them (PreBind): a claim made
+// here first costs the pod a failed scheduling attempt and a wait for this controller. Why the
+// claim is made by these two and not at admission is in docs/workloads.md: a pod created with
 // generateName has no name yet at mutating admission, a dry-run request must not create
-// objects, and a missing template would have to fail the pod's creation (and with it the
-// Job's or StatefulSet's controller loop) instead of leaving it Pending with an event.
+// objects, and a missing template would have to fail the pod's creation (and with it the Job's
+// or StatefulSet's controller loop) instead of leaving it Pending with an event.
 package claimtemplate
 
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -111,7 +114,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("reading GpuClaimTemplate %s/%s: %w", pod.Namespace, template, err)
 	}
 
-	claim := claimFor(pod, tmpl, name)
+	if r.schedulerMakesClaim(pod, tmpl) {
+		// gpu-scheduler makes it when it binds the pod; a create here would only race it.
+		logger.V(5).Info("The scheduler makes the claim when it binds the pod", "claim", klog.KRef(pod.Namespace, name))
+		return reconcile.Result{}, nil
+	}
+	claim, err := apiv1.ClaimFromTemplate(pod, tmpl)
+	if err != nil {
+		r.warn(pod, ReasonInvalidTemplate, "naming the claim for GpuClaimTemplate %q: %v", template, err)
+		return reconcile.Result{}, nil
+	}
 	if err := r.client.Create(ctx, claim); err != nil {
 		switch {
 		case apierrors.IsAlreadyExists(err):
@@ -128,21 +140,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
-// claimFor is the claim of pod made from tmpl.
-func claimFor(pod *corev1.Pod, tmpl *apiv1.GpuClaimTemplate, name string) *apiv1.GpuClaim {
-	claim := &apiv1.GpuClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        name,
-			Namespace:   pod.Namespace,
-			Labels:      maps.Clone(tmpl.Spec.Metadata.Labels),
-			Annotations: maps.Clone(tmpl.Spec.Metadata.Annotations),
-			// Controller and BlockOwnerDeletion: the garbage collector deletes the claim with
-			// its pod, and a foreground delete of the pod waits for it.
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pod, corev1.SchemeGroupVersion.WithKind("Pod"))},
-		},
-		Spec: *tmpl.Spec.Spec.DeepCopy(),
-	}
-	return claim
+// schedulerMakesClaim reports whether gpu-scheduler makes the pod's claim itself: the pod asks
+// for this release's scheduler by name, is not bound yet, and the template forms no gang (a
+// gang's members are held back until all their claims exist, so those are made here, before
+// scheduling). A bound pod whose claim was deleted by hand gets it made again here.
+func (r *Reconciler) schedulerMakesClaim(pod *corev1.Pod, tmpl *apiv1.GpuClaimTemplate) bool {
+	return pod.Spec.SchedulerName == r.schedulerName && pod.Spec.NodeName == "" && tmpl.Spec.Spec.GangRef == ""
 }
 
 // controlledBy reports whether pod is the claim's controller owner.

@@ -85,6 +85,15 @@ func template(name string) *apiv1.GpuClaimTemplate {
 	}}
 }
 
+func mustClaim(t *testing.T, p *corev1.Pod, tmpl *apiv1.GpuClaimTemplate) *apiv1.GpuClaim {
+	t.Helper()
+	c, err := apiv1.ClaimFromTemplate(p, tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestMakesTheClaimOwnedByThePod(t *testing.T) {
 	e := newEnv(t, pod("train-0", "x8"), template("x8"))
 	e.reconcile(t, "train-0")
@@ -165,7 +174,7 @@ func TestPodsThatNeedNoClaim(t *testing.T) {
 func TestClaimOfAnEarlierPodOfTheSameName(t *testing.T) {
 	old := pod("shard-0", "x8")
 	old.UID = "uid-old"
-	stale := claimFor(old, template("x8"), "shard-0-x8")
+	stale := mustClaim(t, old, template("x8"))
 	e := newEnv(t, pod("shard-0", "x8"), template("x8"), stale)
 	e.reconcile(t, "shard-0")
 	if ev := e.event(t); ev != "" {
@@ -206,7 +215,7 @@ func TestPodDeletedBeforeItsClaimWasMade(t *testing.T) {
 	}
 	// The claim that would have been made is owned by the pod's UID, blocking its deletion
 	// until the claim is collected: nothing outlives the pod.
-	c := claimFor(leaving, template("x8"), "leaving-x8")
+	c := mustClaim(t, leaving, template("x8"))
 	if ref := metav1.GetControllerOf(c); ref == nil || ref.UID != leaving.UID || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
 		t.Fatalf("claim owner %+v, want the pod's UID as a blocking controller", c.OwnerReferences)
 	}
@@ -232,5 +241,41 @@ func TestEachReleaseMakesItsOwnPodsClaims(t *testing.T) {
 	e.reconcile(t, "canary-0")
 	if _, ok := e.claim(t, "canary-0-x8"); !ok {
 		t.Error("the gpu-canary release made no claim for its own pod")
+	}
+}
+
+// gpu-scheduler makes the claims of its own unbound pods when it binds them; the controller
+// makes none for them (it would only race the scheduler's create), but still reports a missing
+// template. It does make the claims of a gang template, which must all exist before the gang is
+// placed, and remakes the claim of a bound pod.
+func TestLeavesItsSchedulersPodsToTheScheduler(t *testing.T) {
+	solo := template("x1")
+	solo.Spec.Spec.GangRef, solo.Spec.Spec.GangSize = "", nil
+	ours := func(name, tmpl string) *corev1.Pod {
+		p := pod(name, tmpl)
+		p.Spec.SchedulerName = apiv1.SchedulerName
+		return p
+	}
+	bound := ours("bound", "x1")
+	bound.Spec.NodeName = "node-a"
+	e := newEnv(t, ours("solo", "x1"), ours("member", "x8"), ours("orphan", "nope"), bound, solo, template("x8"))
+	e.reconcile(t, "solo")
+	if _, ok := e.claim(t, "solo-x1"); ok {
+		t.Error("the controller made the claim of an unbound gpu-scheduler pod; the scheduler makes it")
+	}
+	if ev := e.event(t); ev != "" {
+		t.Errorf("event %q for a pod the scheduler makes the claim of", ev)
+	}
+	e.reconcile(t, "member")
+	if _, ok := e.claim(t, "member-x8"); !ok {
+		t.Error("no claim made for a gang template's pod")
+	}
+	e.reconcile(t, "orphan")
+	if ev := e.event(t); !strings.Contains(ev, "Warning "+ReasonTemplateNotFound) {
+		t.Errorf("event %q, want the missing template reported", ev)
+	}
+	e.reconcile(t, "bound")
+	if _, ok := e.claim(t, "bound-x1"); !ok {
+		t.Error("no claim made again for a bound pod")
 	}
 }

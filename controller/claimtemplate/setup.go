@@ -33,9 +33,9 @@ type Options struct {
 const templateIndex = "gpu.scheduling/claim-template"
 
 // SetupWithManager registers the claim-template controller with a manager. It watches pods
-// that name a template, the claims they own (a claim deleted by hand is made again) and
-// templates (a template that appears or changes brings back the pods that wait for it). The
-// manager's scheme must hold api/v1 and core/v1.
+// that name a template, the claims they own (a claim deleted by hand is made again, unless the
+// scheduler makes it when it binds the pod) and templates (a template that appears or changes
+// brings back the pods that wait for it). The manager's scheme must hold api/v1 and core/v1.
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	ctx := context.Background()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, templateIndex, func(obj ctrlclient.Object) []string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -11,8 +12,8 @@ import (
 )
 
 // claimName returns the claim a pod names, if any: the one its claim annotation names, or else
-// the one the claim controller makes for it from the template its claim-template annotation
-// names (apiv1.ClaimNameForPod). An empty template name gives an empty claim name, which
+// the one made for it from the template its claim-template annotation names
+// (apiv1.ClaimNameForPod; made by this plugin at PreBind, or by gpu-controller: template.go). An empty template name gives an empty claim name, which
 // PreFilter reports.
 func claimName(pod *v1.Pod) (string, bool) {
 	if name, ok := pod.Annotations[apiv1.AnnotationClaim]; ok {
@@ -58,6 +59,12 @@ func (p *Plugin) podRequest(pod *v1.Pod) (claim *apiv1.GpuClaim, req allocator.R
 		return nil, req, false, nil
 	}
 	claim, err = p.claimLister.GpuClaims(pod.Namespace).Get(name)
+	if template, templated := templateOf(pod); templated && apierrors.IsNotFound(err) {
+		// Not made yet: PreFilter places the pod with the claim its template describes.
+		if fromTemplate, ok, _ := p.claimFromTemplate(pod, template); ok {
+			claim, err = fromTemplate, nil
+		}
+	}
 	if err != nil {
 		return nil, req, true, fmt.Errorf("reading GpuClaim %s/%s: %w", pod.Namespace, name, err)
 	}

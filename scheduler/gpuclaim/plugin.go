@@ -81,6 +81,8 @@ type Plugin struct {
 	client      kubernetes.Interface
 	gpuClient   versioned.Interface
 	claimLister gpulisters.GpuClaimLister
+	// templateLister reads the GpuClaimTemplates the plugin makes its pods' claims from.
+	templateLister gpulisters.GpuClaimTemplateLister
 	// claimIndexer finds the claims of a gang (gangIndex).
 	claimIndexer cache.Indexer
 	leaseLister  coordinationlisters.LeaseLister
@@ -176,6 +178,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		return nil, fmt.Errorf("%s: watching GpuClaims: %w", Name, err)
 	}
 	handlers = append(handlers, reg)
+	templates := gpuFactory.Gpu().V1().GpuClaimTemplates()
+	p.templateLister = templates.Lister()
+	if _, err := templates.Informer().AddEventHandler(p.templateHandler(ctx)); err != nil {
+		return nil, fmt.Errorf("%s: watching GpuClaimTemplates: %w", Name, err)
+	}
 	nodeStatuses := gpuFactory.Gpu().V1().GpuNodeStatuses()
 	if reg, err = nodeStatuses.Informer().AddEventHandler(p.nodeStatusHandler()); err != nil {
 		return nil, fmt.Errorf("%s: watching GpuNodeStatuses: %w", Name, err)
@@ -284,6 +291,16 @@ func (p *Plugin) claimHandler(ctx context.Context) cache.ResourceEventHandler {
 			c, ok := obj.(*apiv1.GpuClaim)
 			prev, ok2 := old.(*apiv1.GpuClaim)
 			if ok && ok2 && (c.Generation != prev.Generation || c.Status.PodUID != prev.Status.PodUID) {
+				p.activateClaim(ctx, claimKey(c.Namespace, c.Name))
+			}
+		},
+		// A pod made again under the name of one that went (a StatefulSet's) waits for the
+		// earlier pod's claim to be collected; then the plugin makes its own.
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if c, ok := obj.(*apiv1.GpuClaim); ok {
 				p.activateClaim(ctx, claimKey(c.Namespace, c.Name))
 			}
 		},

@@ -36,6 +36,19 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if s.node != nodeName || len(s.ids) == 0 {
 		return fwk.AsStatus(fmt.Errorf("pod %s/%s: no GPUs reserved on node %s", pod.Namespace, pod.Name, nodeName))
 	}
+	// A pod placed with its template's claim has the claim made here (template.go), beside
+	// the leases rather than before them: the binding then waits for one round-trip fewer.
+	// The claim is checked before the leases count: if it cannot be made, the attempt fails,
+	// Unreserve releases the leases just taken, and the pod is retried with backoff.
+	var claimMade chan madeClaim
+	if s.makeClaim {
+		claimMade = make(chan madeClaim, 1)
+		want := s.claim
+		go func() {
+			c, err := p.makeClaim(ctx, pod, want)
+			claimMade <- madeClaim{c, err}
+		}()
+	}
 	start := p.clock.Now()
 	if !s.waitStart.IsZero() {
 		metrics.GangWait.WithLabelValues("allowed").Observe(start.Sub(s.waitStart).Seconds())
@@ -44,6 +57,14 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	shared := s.claim.Spec.Devices.Exclusivity == apiv1.Shared
 	taken, err := p.acquire(ctx, pod, nodeName, s.ids, shared)
 	s.leases = taken
+	if claimMade != nil {
+		made := <-claimMade
+		if made.err != nil {
+			metrics.Placement(metrics.ResultError, metrics.ReasonAPI)
+			return fwk.AsStatus(made.err)
+		}
+		s.claim, s.makeClaim = made.claim, false
+	}
 	if errors.Is(err, errLeaseConflict) {
 		// An error, not Unschedulable: the pod goes to the backoff queue and is retried in a
 		// second or so, whereas an Unschedulable pod would wait for a cluster event.
@@ -70,6 +91,12 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		}
 	}
 	return nil
+}
+
+// madeClaim is the outcome of makeClaim.
+type madeClaim struct {
+	claim *apiv1.GpuClaim
+	err   error
 }
 
 // setAllocation writes an allocation into a claim status.

@@ -65,11 +65,19 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		p.waiting.addIfAbsent(pod, claimKey(pod.Namespace, name))
 	}
 	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
+	// unmade: the claim does not exist yet; the pod is placed with the one its template
+	// describes, and PreBind makes it (template.go). Its status is not written before then.
+	unmade := false
 	if templated && apierrors.IsNotFound(err) {
-		// The claim controller has not made it yet (or the template is missing: it says so in
-		// an event on the pod). The claim's add event activates the pod (plugin.go), no poll.
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("waiting for GpuClaim %s/%s to be made from GpuClaimTemplate %s for pod %s", pod.Namespace, name, template, pod.Name)), metrics.ReasonClaimNotFound
+		fromTemplate, ok, why := p.claimFromTemplate(pod, template)
+		if !ok {
+			// The template is missing (gpu-controller says so in an event on the pod too), or
+			// it forms a gang, whose claims gpu-controller makes. The template's or the claim's
+			// add event activates the pod (template.go, plugin.go), no poll.
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("waiting for GpuClaim %s/%s to be made from GpuClaimTemplate %s for pod %s: %s", pod.Namespace, name, template, pod.Name, why)), metrics.ReasonClaimNotFound
+		}
+		claim, err, unmade = fromTemplate, nil, true
 	}
 	if err == nil && templated && !ownedBy(claim, pod) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
@@ -86,15 +94,26 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if claim.DeletionTimestamp != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GpuClaim %s is being deleted", key)), metrics.ReasonClaimNotFound
 	}
+	// pending and failed record in the claim's status why its pod waits; a claim not made
+	// yet has no status to write.
+	pending := func(msg string) {
+		if !unmade {
+			p.status.pending(claim, pod, msg)
+		}
+	}
 	req, err := requestFor(claim)
 	if err != nil {
 		msg := fmt.Sprintf("GpuClaim %s is invalid: %v", key, err)
-		p.status.failed(claim, pod, msg)
+		if unmade {
+			msg = fmt.Sprintf("GpuClaimTemplate %s/%s is invalid: %v", pod.Namespace, template, err)
+		} else {
+			p.status.failed(claim, pod, msg)
+		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), metrics.ReasonInvalidClaim
 	}
 	if holder, ok := p.claimHolder(claim); ok && holder.UID != pod.UID {
 		msg := fmt.Sprintf("GpuClaim %s is held by pod %s/%s; one claim serves one pod at a time", key, pod.Namespace, holder.Name)
-		p.status.pending(claim, pod, msg)
+		pending(msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), metrics.ReasonClaimInUse
 	}
 	// An entry of the pod's scheduling map pins it to one node and exact GPUs.
@@ -103,24 +122,24 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		err = pn.apply(&req, key)
 	}
 	if err != nil {
-		p.status.pending(claim, pod, err.Error())
+		pending(err.Error())
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error()), metrics.ReasonInvalidPod
 	}
 
 	oldest := p.clock.Now().Add(-p.freshness)
 	if claim.Spec.GangRef != "" {
 		if st := p.gangPreFilter(claim, oldest); st != nil {
-			p.status.pending(claim, pod, st.Message())
+			pending(st.Message())
 			// Kept for preemption's dry run, whose Filter calls must refuse every node: a gang
 			// does not evict pods for one of its members.
-			cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, gang: gangKey(claim), gangHeld: st.Message(), results: newNodeResults()})
+			cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, gang: gangKey(claim), gangHeld: st.Message(), makeClaim: unmade, results: newNodeResults()})
 			return nil, st, metrics.ReasonGangIncomplete
 		}
 	}
 
 	if pn != nil {
 		// A pinned pod waits only for its entry's node and GPUs.
-		res, st := p.preFilterPinned(cs, pod, claim, key, req, pn, oldest)
+		res, st := p.preFilterPinned(cs, pod, claim, key, req, pn, oldest, unmade)
 		reason := metrics.ReasonNoFit
 		if st.Code() == fwk.Error {
 			reason = metrics.ReasonAPI
@@ -165,13 +184,13 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if own, _ := p.ledger.holdsOf(pod.UID); own != "" && pod.Spec.NodeName == "" && !slices.Contains(chosen, own) && p.nodeSelected(claim, own) {
 		chosen = append(chosen, own)
 	}
-	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, capped: capped, gang: gangKey(claim), offered: len(chosen) > 0, results: newNodeResults()}
+	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, capped: capped, gang: gangKey(claim), offered: len(chosen) > 0, makeClaim: unmade, results: newNodeResults()}
 	// Written even when no node has room, so that preemption (a PostFilter) can ask Filter
 	// whether evicting lower-priority pods would make some.
 	cs.Write(stateKey, s)
 	if len(chosen) == 0 {
 		msg := p.noNodeMessage(key, &req, stale)
-		p.status.pending(claim, pod, msg)
+		pending(msg)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg), metrics.ReasonNoFit
 	}
 	logger.V(5).Info("GPU candidates", "pod", klog.KObj(pod), "claim", key, "nodes", len(chosen), "capped", capped)
@@ -184,12 +203,14 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 // when that node's GPUs change, the node-add hint when the node appears. A held GPU is reported
 // as Unschedulable, so that preemption may free it for a pod of higher priority; Reserve and the
 // leases check again, so a GPU is never given twice.
-func (p *Plugin) preFilterPinned(cs fwk.CycleState, pod *v1.Pod, claim *apiv1.GpuClaim, key string, req allocator.Request, pn *pin, oldest time.Time) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) preFilterPinned(cs fwk.CycleState, pod *v1.Pod, claim *apiv1.GpuClaim, key string, req allocator.Request, pn *pin, oldest time.Time, unmade bool) (*fwk.PreFilterResult, *fwk.Status) {
 	node := pn.alloc.Node
-	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: fitNode, gang: gangKey(claim), offered: true, pinNode: node, results: newNodeResults()}
+	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: fitNode, gang: gangKey(claim), offered: true, pinNode: node, makeClaim: unmade, results: newNodeResults()}
 	reject := func(code fwk.Code, why string) (*fwk.PreFilterResult, *fwk.Status) {
 		msg := pn.message(pod, why)
-		p.status.pending(claim, pod, msg)
+		if !unmade {
+			p.status.pending(claim, pod, msg)
+		}
 		return nil, fwk.NewStatus(code, msg)
 	}
 	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)

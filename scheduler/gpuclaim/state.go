@@ -36,6 +36,9 @@ type stateData struct {
 	offered bool
 	// gangHeld is why PreFilter held a gang member back; Filter refuses every node then.
 	gangHeld string
+	// makeClaim: the pod names a GpuClaimTemplate and its claim does not exist yet; claim is
+	// the one the template describes, and PreBind creates it (template.go).
+	makeClaim bool
 	// pinNode is the node of the pod's scheduling map entry; Filter refuses every other node
 	// (preemption's dry runs call Filter on nodes PreFilter did not offer).
 	pinNode string

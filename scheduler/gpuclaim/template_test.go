@@ -63,3 +63,113 @@ func TestTemplatedPodWaitsForItsClaim(t *testing.T) {
 		t.Fatalf("claimName = %q, want the claim annotation's mine", name)
 	}
 }
+
+func createTemplate(t *testing.T, e *testEnv, name string, spec apiv1.GpuClaimSpec) {
+	t.Helper()
+	tmpl := &apiv1.GpuClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: apiv1.GpuClaimTemplateSpec{
+		Metadata: apiv1.ClaimTemplateMetadata{Labels: map[string]string{"team": "ml"}},
+		Spec:     spec,
+	}}
+	if _, err := e.gpu.GpuV1().GpuClaimTemplates("ns").Create(t.Context(), tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, func() bool {
+		_, err := e.p.templateLister.GpuClaimTemplates("ns").Get(name)
+		return err == nil
+	})
+}
+
+// A pod whose template exists and whose claim does not is placed at once with the claim the
+// template describes; PreBind makes that claim, owned by the pod, and it ends Bound like any.
+func TestTemplatedPodIsPlacedAndItsClaimMadeAtPreBind(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	createTemplate(t, e, "x2", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}})
+	pod := templatedPod("web-0", "x2")
+	got, st, _ := e.schedule(t, pod)
+	if st != nil || got != "a" {
+		t.Fatalf("scheduled on %q, status %v; want node a at the first attempt", got, st)
+	}
+	c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "web-0-x2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no claim made at PreBind: %v", err)
+	}
+	if !ownedBy(c, pod) || c.Spec.Devices.Count != 2 || c.Labels["team"] != "ml" {
+		t.Fatalf("claim %+v, want the template's spec and labels, owned by the pod", c)
+	}
+	if c.Status.Phase != apiv1.ClaimBound || c.Status.PodUID != string(pod.UID) || len(c.Status.GpuIDs) != 2 {
+		t.Fatalf("claim status %+v, want Bound to the pod with 2 GPUs", c.Status)
+	}
+}
+
+// A claim of that name made between PreFilter and PreBind (by gpu-controller, or an earlier
+// attempt) is used when it is the pod's own with the same spec. One owned by another pod is
+// never used: the attempt fails, and no GPU stays locked for it.
+func TestClaimMadeMeanwhileAtPreBind(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	createTemplate(t, e, "x1", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
+
+	pod := templatedPod("job-0", "x1")
+	if _, err := e.kube.CoreV1().Pods("ns").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	best, st, cs := e.reserve(t, pod)
+	if !st.IsSuccess() {
+		t.Fatalf("reserve: %v", st)
+	}
+	mine := ownedClaim("job-0-x1", pod)
+	mine.Labels = map[string]string{"team": "ml"}
+	if _, err := e.gpu.GpuV1().GpuClaims("ns").Create(t.Context(), mine, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, st, _ := e.bind(t, pod, best, cs); st != nil {
+		t.Fatalf("bind with the pod's own claim made meanwhile: %v", st)
+	}
+
+	other := templatedPod("job-1", "x1")
+	if _, err := e.kube.CoreV1().Pods("ns").Create(t.Context(), other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	best, st, cs = e.reserve(t, other)
+	if !st.IsSuccess() {
+		t.Fatalf("reserve: %v", st)
+	}
+	if _, err := e.gpu.GpuV1().GpuClaims("ns").Create(t.Context(), ownedClaim("job-1-x1", gpuPod("stranger", "")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, st, _ = e.bind(t, other, best, cs)
+	if st.IsSuccess() || !strings.Contains(st.Message(), "GpuClaim ns/job-1-x1 exists and is not owned by pod job-1") {
+		t.Fatalf("bind with a foreign claim of the pod's claim name: %v, want it refused", st)
+	}
+	if node, _ := e.p.ledger.holdsOf(other.UID); node != "" {
+		t.Fatalf("pod job-1 still holds GPUs on %s after the failed attempt", node)
+	}
+	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
+	for _, l := range leases.Items {
+		if *l.Spec.HolderIdentity == string(other.UID) {
+			t.Fatalf("lease %s held by pod job-1 after the failed attempt", l.Name)
+		}
+	}
+}
+
+// The pod really waits when its template is missing (activated when the template appears) or
+// forms a gang (gpu-controller makes a gang's claims before it is placed), with a message that
+// says so.
+func TestTemplatedPodWaitsForItsTemplate(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	pod := templatedPod("late-0", "later")
+	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), pod, nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != "waiting for GpuClaim ns/late-0-later to be made from GpuClaimTemplate later for pod late-0: GpuClaimTemplate ns/later does not exist" {
+		t.Fatalf("status %v %q, want the missing template reported", st.Code(), st.Message())
+	}
+	createTemplate(t, e, "later", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
+	eventuallyTrue(t, func() bool { return e.activated.has("ns/late-0") })
+	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), pod, nil); !st.IsSuccess() {
+		t.Fatalf("pod whose template exists now: %v", st)
+	}
+
+	createTemplate(t, e, "gang", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, GangRef: "g", GangSize: ptr.To[int32](2)})
+	_, st = e.p.PreFilter(t.Context(), framework.NewCycleState(), templatedPod("m-0", "gang"), nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "waiting for GpuClaim ns/m-0-gang to be made from GpuClaimTemplate gang for pod m-0: the claims of gang template gang are made by gpu-controller") {
+		t.Fatalf("gang template: %v %q, want the wait for gpu-controller's claim", st.Code(), st.Message())
+	}
+}
