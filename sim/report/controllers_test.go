@@ -62,7 +62,7 @@ func TestControllersChecks(t *testing.T) {
 	good.Table(&b)
 	for _, want := range []string{
 		"throughput with claim templates / with pre-made claims: 0.95x from the first pod made, 0.75x from the first controller created",
-		"1.00 (gpu-controller, from the templates)",
+		"1.00 (from the templates)",
 		"0.00 (+ 4 made before the clock, not counted)",
 		"GpuClaims / pods left after the workload was deleted",
 	} {

@@ -242,7 +242,7 @@ func (r *Report) rows() [][]string {
 				case x.PremadeClaims > 0:
 					return fmt.Sprintf("%.2f (+ %d made before the clock, not counted)", x.ClaimCreatesPerPod, x.PremadeClaims)
 				}
-				return fmt.Sprintf("%.2f (gpu-controller, from the templates)", x.ClaimCreatesPerPod)
+				return fmt.Sprintf("%.2f (from the templates)", x.ClaimCreatesPerPod)
 			}},
 			{"controller create -> pod made, p50 / p99", func(x *runner.RunResult) string {
 				if x.Mode == runner.ModePremade {
