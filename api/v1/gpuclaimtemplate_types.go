@@ -15,8 +15,8 @@ import (
 
 // GpuClaimTemplate is the blueprint of the GpuClaims made for pods: a pod (or the pod template of a
 // Job, Deployment or StatefulSet) names it with the gpu.scheduling/claim-template annotation, and
-// the claim controller makes one GpuClaim per pod from it, named by ClaimNameForPod and owned by the
-// pod so that the garbage collector deletes it with the pod.
+// one GpuClaim is made per pod from it (by the scheduler, when it binds the pod), named by
+// ClaimNameForPod and owned by the pod so that the garbage collector deletes it with the pod.
 type GpuClaimTemplate struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
