@@ -317,9 +317,10 @@ func survey(ctx context.Context, cfg *rest.Config) (existing, error) {
 }
 
 // cleanup removes what the runs created, after their processes are stopped: the workload objects
-// of runs (by their LabelRun values), and the rest of what the site owns. With keepNodes the
-// nodes, their node leases and labels stay for the next run. It waits until the namespaces and
-// CRDs are gone, so that a following run on the same cluster starts clean.
+// of runs (by their LabelRun values), and the rest of what the site owns. With keepNodes (a run
+// follows) the nodes, their node leases and labels stay for the next run, and so do the
+// namespaces the runs made, emptied. It waits until the CRDs (and namespaces it deletes) are
+// gone, so that a following run on the same cluster starts clean.
 func (o owned) cleanup(ctx context.Context, cfg *rest.Config, runs []string, keepNodes bool) error {
 	logger := klog.FromContext(ctx)
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -434,13 +435,26 @@ func (o owned) cleanup(ctx context.Context, cfg *rest.Config, runs []string, kee
 		_, err := dc.Resource(crdGVR).Get(ctx, n, metav1.GetOptions{})
 		return err
 	})
-	for _, n := range o.namespaces {
-		keep("namespace "+n, cs.CoreV1().Namespaces().Delete(ctx, n, metav1.DeleteOptions{}))
+	var nsGone time.Duration
+	if keepNodes {
+		// A run follows: the namespaces stay, emptied of what is left in them (events, and in
+		// the lease namespace any lease: the GPU leases were counted, the scheduler's own are
+		// its). Deleting them cost 6 s of kube-controller-manager's namespace controller per
+		// run, and the next run would make them again with the same service account and CA
+		// ConfigMap that stay here.
+		for _, n := range o.namespaces {
+			keep("events in "+n, cs.CoreV1().Events(n).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
+			keep("leases in "+n, cs.CoordinationV1().Leases(n).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
+		}
+	} else {
+		for _, n := range o.namespaces {
+			keep("namespace "+n, cs.CoreV1().Namespaces().Delete(ctx, n, metav1.DeleteOptions{}))
+		}
+		nsGone = waitGone("namespaces", o.namespaces, func(n string) error {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{})
+			return err
+		})
 	}
-	nsGone := waitGone("namespaces", o.namespaces, func(n string) error {
-		_, err := cs.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{})
-		return err
-	})
 	logger.Info("Removed the runs' objects from the cluster", "runs", runs, "nodes", len(o.nodes), "keepNodes", keepNodes, "namespaces", o.namespaces, "crds", o.crds, "webhooks", o.webhooks, "waitedForCRDs", crdsGone.Round(time.Millisecond), "waitedForNamespaces", nsGone.Round(time.Millisecond))
 	return errors.Join(errs...)
 }
