@@ -801,7 +801,7 @@ func startProfiles(ctx context.Context, c *cluster.Cluster, sched *launch.Schedu
 // deleteWorkload deletes the run's pods with grace 0 (they are fake, and waiting for kwok to
 // finish 10,000 graceful deletions took longer than the run itself; the scheduler sees the
 // deletes either way) with DeleteCollection by the run's label, repeated until no pod of the
-// run is left. The harness apiserver deletes a collection's items on 16 workers
+// run is left. The harness apiserver deletes a collection's items on 64 workers
 // (--delete-collection-workers), which costs it less than one request per pod; an existing
 // cluster's apiserver may do it one after another, and a call that outlasts its request timeout
 // is simply made again for what is left.
