@@ -87,9 +87,13 @@ func writeKwokConfig(dir string, leaseSeconds uint, serverAddress string) ([]str
 			NodeIP:                            "10.255.255.254",
 			NodeLeaseDurationSeconds:          leaseSeconds,
 			// Parallel workers let 5,000 nodes initialise and their leases be created in
-			// seconds; the apiserver, not kwok, is what limits the rate on two cores.
+			// seconds; the apiserver, not kwok, is what limits the rate on two cores. Node
+			// stages run at setup (node-initialize) and every ten minutes per node
+			// (heartbeat): 64 workers made 1,000 nodes Ready in 8.8-9.2 s instead of
+			// 10.5-16.2 s, and change nothing while a workload runs. Leases and pods keep 16:
+			// their rates during the workload are what the figures measure.
 			NodeLeaseParallelism:     16,
-			NodePlayStageParallelism: 16,
+			NodePlayStageParallelism: 64,
 			PodPlayStageParallelism:  16,
 		},
 	}
