@@ -271,6 +271,64 @@ func TestSecondClusterCoexistsAndStopsCleanly(t *testing.T) {
 	}
 }
 
+// Between two simulated runs etcd and kube-apiserver are restarted on the same data: the nodes
+// are still there and Ready, the apiserver answers again, kube-controller-manager and kwok keep
+// their processes, and Stop ends the new ones.
+func TestRestartEtcdAndAPIServerKeepsTheData(t *testing.T) {
+	c, err := Start(t.Context(), Config{Name: "restart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Stop() }()
+	if err := c.CreateNodePool(t.Context(), NodePool{Name: "kept", Count: 3, GPUsPerNode: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitNodesReady(t.Context(), PoolSelector("kept"), 3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	pids := func() map[string]int {
+		m := map[string]int{}
+		for _, p := range c.Processes() {
+			if p.Running {
+				m[p.Name] = p.PID
+			}
+		}
+		return m
+	}
+	before := pids()
+	if err := c.RestartEtcdAndAPIServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	after := pids()
+	for _, name := range []string{ComponentEtcd, ComponentAPIServer} {
+		if after[name] == 0 || after[name] == before[name] {
+			t.Errorf("%s: pid %d before, %d after the restart: want a new running process", name, before[name], after[name])
+		}
+	}
+	for _, name := range []string{ComponentControllerManager, ComponentKwok} {
+		if after[name] != before[name] {
+			t.Errorf("%s: pid %d before, %d after: want the same process", name, before[name], after[name])
+		}
+	}
+	if len(c.Processes()) != len(before) {
+		t.Errorf("%d processes listed after the restart, want %d (the same slots)", len(c.Processes()), len(before))
+	}
+	// The data survived, and the restarted apiserver serves it.
+	if err := c.WaitNodesReady(t.Context(), PoolSelector("kept"), 3, time.Minute); err != nil {
+		t.Fatalf("nodes after the restart: %v", err)
+	}
+	cs, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "after-restart"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("writing after the restart: %v", err)
+	}
+	if err := stopAndCheck(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The caller of Start is killed with SIGKILL: its components die with it (parent-death signal)
 // and the next Start clears the directory it left.
 func TestCallerCrashLeavesNoOrphans(t *testing.T) {
