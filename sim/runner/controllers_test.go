@@ -6,6 +6,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -94,6 +95,36 @@ func TestBuildController(t *testing.T) {
 	}
 	if _, ok := dep.Spec.Template.Annotations[gpuv1.AnnotationClaimTemplate]; ok {
 		t.Errorf("stock pods name a claim template")
+	}
+}
+
+// The two runs of bare pods play the same pod for a plan entry, named alike and sent to
+// gpu-scheduler: the pre-made run's names its claim, the templated run's its controller's
+// claim template, and nothing else differs between them.
+func TestBuildBarePods(t *testing.T) {
+	s := controllerScenario(t)
+	p := firstSlot(t, scenario.Expand(s), "train")
+	pre := buildPod(p, "sim", "run-1", ModePremade)
+	tmpl := buildPod(p, "sim", "run-1", ModeTemplatedBare)
+	if got := pre.Annotations[gpuv1.AnnotationClaim]; got != p.Name {
+		t.Errorf("pre-made pod names claim %q, want %q", got, p.Name)
+	}
+	if _, ok := pre.Annotations[gpuv1.AnnotationClaimTemplate]; ok {
+		t.Errorf("pre-made pod names a claim template: %v", pre.Annotations)
+	}
+	if got := tmpl.Annotations[gpuv1.AnnotationClaimTemplate]; got != "quad" {
+		t.Errorf("templated bare pod names template %q, want quad", got)
+	}
+	if _, ok := tmpl.Annotations[gpuv1.AnnotationClaim]; ok {
+		t.Errorf("templated bare pod names a claim as well as the template: %v", tmpl.Annotations)
+	}
+	if tmpl.Name != p.Name || tmpl.Spec.SchedulerName != gpuv1.SchedulerName || tmpl.Labels[LabelController] != "" {
+		t.Errorf("templated bare pod: name %q, scheduler %q, labels %v; want %q, %q, no controller label", tmpl.Name, tmpl.Spec.SchedulerName, tmpl.Labels, p.Name, gpuv1.SchedulerName)
+	}
+	delete(pre.Annotations, gpuv1.AnnotationClaim)
+	delete(tmpl.Annotations, gpuv1.AnnotationClaimTemplate)
+	if !equality.Semantic.DeepEqual(pre, tmpl) {
+		t.Errorf("the bare pods differ beyond the claim annotation:\npre-made  %+v\ntemplated %+v", pre, tmpl)
 	}
 }
 

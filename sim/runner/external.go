@@ -152,6 +152,7 @@ func (o Options) Targets() (map[string]string, error) {
 	}
 	if o.Scenario != nil && o.Scenario.Spec.Baseline.PremadeClaims {
 		t[ModePremade] = o.Kubeconfig // like the stock run: after the first run's cleanup
+		t[ModeTemplatedBare] = o.Kubeconfig
 	}
 	if o.baselineWanted() {
 		t[ModeStock] = o.Kubeconfig // sequentially on the same cluster, after the first run's cleanup

@@ -24,6 +24,11 @@ func testScenario(disabled bool) *scenario.Scenario {
 	return s
 }
 
+func withPremade(s *scenario.Scenario) *scenario.Scenario {
+	s.Spec.Baseline.PremadeClaims = true
+	return s
+}
+
 func withDRA(s *scenario.Scenario) *scenario.Scenario {
 	s.Spec.Baseline.DRA = true
 	return s
@@ -58,6 +63,10 @@ func TestTargets(t *testing.T) {
 			want: map[string]string{ModeGPU: ""}},
 		{name: "DRA from the scenario on an existing cluster: skipped", o: Options{Scenario: withDRA(testScenario(false)), Baseline: true, Kubeconfig: "k"},
 			want: map[string]string{ModeGPU: "k", ModeStock: "k"}},
+		{name: "pre-made claims: the pre-made and templated bare pods runs, both", o: Options{Scenario: withPremade(testScenario(false)), Baseline: true},
+			want: map[string]string{ModeGPU: "", ModePremade: "", ModeTemplatedBare: "", ModeStock: ""}},
+		{name: "pre-made claims on an existing cluster, without the stock baseline", o: Options{Scenario: withPremade(testScenario(true)), Baseline: true, Kubeconfig: "k"},
+			want: map[string]string{ModeGPU: "k", ModePremade: "k", ModeTemplatedBare: "k"}},
 		{name: "DRA by the flag on an existing cluster", o: Options{Scenario: testScenario(false), Baseline: true, Kubeconfig: "k", DRA: boolPtr(true)},
 			errWants: "only on the simulator's own clusters"},
 		{name: "baseline kubeconfig alone", o: Options{Scenario: testScenario(false), Baseline: true, BaselineKubeconfig: "b"},

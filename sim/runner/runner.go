@@ -49,13 +49,19 @@ const (
 	// ModePremade plays a workload of controllers with gpu-scheduler as bare pods naming claims
 	// made before the clock (spec.baseline.premadeClaims): the yardstick for claim templates.
 	ModePremade = "gpu-scheduler/pre-made"
+	// ModeTemplatedBare plays the same bare pods as ModePremade, created the same way at the
+	// same times, but naming the workload's GpuClaimTemplates: gpu-scheduler makes each claim
+	// while it binds the pod, so the claim create is inside the timed workload. Against
+	// ModePremade it differs by the templates alone (the gpu-scheduler run also differs by
+	// kube-controller-manager's Job and ReplicaSet work); spec.baseline.premadeClaims runs both.
+	ModeTemplatedBare = "gpu-scheduler/templates-bare-pods"
 )
 
 // Modes lists the modes in the order they run and are reported. The DRA run comes last: runs
 // after the first reuse its control plane and nodes once the previous run's objects are
 // removed, and that removal knows nothing of ResourceSlices, DeviceClasses and
 // ResourceClaimTemplates.
-var Modes = []string{ModeGPU, ModePremade, ModeStock, ModeDRA}
+var Modes = []string{ModeGPU, ModePremade, ModeTemplatedBare, ModeStock, ModeDRA}
 
 // ModeTitle is how the report heads a mode's column.
 func ModeTitle(mode string) string {
@@ -64,6 +70,8 @@ func ModeTitle(mode string) string {
 		return "stock + nvidia.com/gpu"
 	case ModeDRA:
 		return "stock + DRA"
+	case ModeTemplatedBare:
+		return "gpu-scheduler/templates, bare pods"
 	}
 	return mode
 }
@@ -254,13 +262,16 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	s := o.Scenario
 	stock := mode == ModeStock || mode == ModeDRA // both baselines run the stock kube-scheduler
 	withDRA := mode == ModeDRA
-	// The gpu-scheduler and stock runs play the controllers; the pre-made run plays their pods.
-	controllers := len(s.Spec.Workload.Controllers) > 0 && mode != ModePremade
+	// The gpu-scheduler and stock runs play the controllers; the pre-made and templated bare
+	// pods runs play their pods. templated: the pods name GpuClaimTemplates, whose claims the
+	// garbage collector removes with their pods.
+	controllers := len(s.Spec.Workload.Controllers) > 0 && mode != ModePremade && mode != ModeTemplatedBare
+	templated := (controllers && !stock) || mode == ModeTemplatedBare
 	logger := klog.FromContext(ctx).WithValues("mode", mode)
 	ctx = klog.NewContext(ctx, logger)
 	res := &RunResult{Mode: mode, PeakRSSByProcess: map[string]int64{}}
 	began := time.Now()
-	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeDRA: "dra", ModePremade: "premade"}[mode]
+	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeDRA: "dra", ModePremade: "premade", ModeTemplatedBare: "tmplbare"}[mode]
 	bar := newProgress(o.Progress, mode)
 	run := runID(short, began)
 	external := st.kubeconfig != ""
@@ -361,7 +372,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	// The garbage collector must know GpuClaims before the workload (waitGCKnowsClaims); its
 	// probe runs alongside the setup and is waited for before the agent fleet starts.
 	gcKnows := make(chan error, 1)
-	if controllers && !stock {
+	if templated {
 		go func() { gcKnows <- waitGCKnowsClaims(ctx, cs, gcs, ns, run) }()
 	} else {
 		gcKnows <- nil
@@ -431,7 +442,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	// a minute before the workload would each write their status during it (40 writes at
 	// workloads.yaml), which agents started seconds before the clock, as in the other runs,
 	// leave until after it.
-	if controllers && !stock {
+	if templated {
 		bar.phase("waiting for the garbage collector to know GpuClaims")
 	}
 	if err := <-gcKnows; err != nil {
@@ -469,7 +480,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		if _, err := launch.StartController(ctx, c, launch.ControllerOptions{}); err != nil {
 			return nil, err
 		}
-		if controllers {
+		if templated {
 			bar.phase(fmt.Sprintf("creating %d GpuClaimTemplates", len(s.Spec.Workload.ClaimTemplates)))
 			if err := createClaimTemplates(ctx, gcs, s, ns, run); err != nil {
 				return nil, err
@@ -764,7 +775,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		}
 	}
 	if len(s.Spec.Workload.Controllers) > 0 {
-		if !controllers {
+		if mode == ModePremade {
 			// The user deletes hand-made claims; templated ones go with their pods.
 			if err := gcs.GpuV1().GpuClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: LabelRun + "=" + run}); err != nil {
 				return nil, fmt.Errorf("deleting the pre-made GpuClaims in %s: %w", ns, err)

@@ -38,7 +38,7 @@ const (
 )
 
 // buildPod makes the pod of one plan entry for a run of mode. For the gpu-scheduler it names
-// its claim; for the stock scheduler it asks for nvidia.com/gpu, or with DRA for a claim from
+// its claim (in the templated bare pods run, its controller's claim template); for the stock scheduler it asks for nvidia.com/gpu, or with DRA for a claim from
 // its shape's ResourceClaimTemplate, and turns the claim's selector into a nodeSelector.
 func buildPod(p scenario.PodPlan, ns, run, mode string) *corev1.Pod {
 	stock := isStock(mode)
@@ -85,6 +85,11 @@ func buildPod(p scenario.PodPlan, ns, run, mode string) *corev1.Pod {
 		return pod
 	}
 	pod.Spec.SchedulerName = gpuv1.SchedulerName
+	if mode == ModeTemplatedBare {
+		// The same bare pod as the pre-made run's, but its claim is made from the template.
+		pod.Annotations[gpuv1.AnnotationClaimTemplate] = p.Template
+		return pod
+	}
 	pod.Annotations[gpuv1.AnnotationClaim] = p.Name
 	return pod
 }

@@ -176,7 +176,7 @@ func (c *checker) validate(s *Scenario) {
 		case *r <= 0:
 			c.add("spec.expectations.minThroughputVsPremade", "must be positive, got %g; write 0.9 for 90%%", *r)
 		case !s.Spec.Baseline.PremadeClaims:
-			c.add("spec.expectations.minThroughputVsPremade", "needs the run with pre-made claims; set spec.baseline.premadeClaims: true")
+			c.add("spec.expectations.minThroughputVsPremade", "needs the runs of bare pods with pre-made claims and with the claim templates; set spec.baseline.premadeClaims: true")
 		}
 	}
 	if len(s.Spec.Workload.Controllers) == 0 {
