@@ -16,7 +16,7 @@ import (
 // mapNodes bounds the GPU map: beyond this many nodes per run the map shows the first ones.
 const mapNodes = 120
 
-var colours = map[string]string{runner.ModeGPU: "#1f77b4", runner.ModeStock: "#d62728", runner.ModeDRA: "#2ca02c", runner.ModePremade: "#9467bd"}
+var colours = map[string]string{runner.ModeGPU: "#1f77b4", runner.ModeStock: "#d62728", runner.ModeDRA: "#2ca02c", runner.ModePremade: "#9467bd", runner.ModeTemplatedBare: "#8c564b"}
 
 // utilizationSVG draws utilization (solid) and fragmentation (dashed) of every run over time.
 func utilizationSVG(runs []*runner.RunResult) template.HTML {
@@ -211,11 +211,12 @@ th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-we
 <h1>Scenario {{.R.Scenario}}</h1>
 <p>{{.R.Description}}</p>
 <p class="note">{{.R.File}}: {{.R.Nodes}} nodes, {{.R.GPUs}} GPUs, {{.R.Pods}} pods asking for {{.R.Workload.GPUs}} GPUs, seed {{.R.Seed}}. Started {{.R.Started.Format "2006-01-02 15:04:05"}}, wall time {{.Wall}}.</p>
-{{if .R.Checks}}<h2>Expectations (gpu-scheduler run; for stock + DRA, its own reading)</h2><table><tr><th>check</th><th>want</th><th>got</th><th></th></tr>
+{{if .R.Checks}}<h2>Expectations (gpu-scheduler run; stock + DRA and the templated bare pods where named)</h2><table><tr><th>check</th><th>want</th><th>got</th><th></th></tr>
 {{range .R.Checks}}<tr><td>{{.Name}}</td><td>{{.Want}}</td><td>{{.Got}}</td><td class="{{if .Pass}}pass{{else}}fail{{end}}">{{if .Pass}}PASS{{else}}FAIL{{end}}</td></tr>{{end}}</table>{{end}}
 <h2>gpu-scheduler vs the stock kube-scheduler</h2>
 <table><tr><th></th>{{range .R.Runs}}<th>{{title .Mode}}</th>{{end}}</tr>
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>
+{{range .Ratios}}<p>{{.}}</p>{{end}}
 {{range .R.Notes}}<p class="note">{{.}}</p>{{end}}
 {{range .R.Runs}}{{$m := .Mode}}{{range .Notes}}<p class="note">{{title $m}}: {{.}}</p>{{end}}{{end}}
 {{range .R.Runs}}{{$m := .Mode}}{{with .Unschedulable}}<p class="note">{{title $m}}: {{unscheduled $.R $m}}</p>{{end}}{{end}}
@@ -261,7 +262,8 @@ func (r *Report) WriteHTML(path string) error {
 		Truncated bool
 		MapNodes  int
 		Causes    bool
-	}{R: r, Rows: r.rows(), Util: utilizationSVG(r.Runs), Wall: r.Wall.Round(time.Second), MapNodes: mapNodes}
+		Ratios    []string
+	}{R: r, Rows: r.rows(), Ratios: r.ratioLines(), Util: utilizationSVG(r.Runs), Wall: r.Wall.Round(time.Second), MapNodes: mapNodes}
 	if r.hasFill() {
 		data.Alloc = allocationSVG(r.Runs)
 	}
