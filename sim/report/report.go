@@ -111,20 +111,6 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 		// The controllers' share alone: both runs' pods name the templates.
 		r.Ratios["controllersThroughputVsTemplatedBare"] = ours.ThroughputFromMade / bare.ThroughputFromMade
 	}
-	if bare != nil {
-		// What the templated bare pods leave behind is judged like the gpu-scheduler run's: a
-		// claim made from a template goes with its pod, whoever made the pod.
-		e := s.Spec.Expectations
-		title := runner.ModeTitle(runner.ModeTemplatedBare) + ": "
-		leftCheck := func(name string, limit, got *int) {
-			if limit != nil && got != nil {
-				r.Checks = append(r.Checks, Check{Name: title + name, Want: fmt.Sprintf("<= %d", *limit), Got: fmt.Sprint(*got), Pass: *got <= *limit})
-			}
-		}
-		leftCheck("GPU leases left after all pods are gone", e.MaxLeasesLeft, &bare.LeasesLeft)
-		leftCheck("GpuClaims left after the workload was deleted", e.MaxClaimsLeft, bare.ClaimsLeft)
-		leftCheck("pods left after the workload was deleted", e.MaxPodsLeft, bare.PodsLeft)
-	}
 	if ours == nil {
 		return r
 	}
@@ -150,6 +136,19 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 	}
 	if ours.PodsLeft != nil {
 		maxCheck("pods left after the workload was deleted", e.MaxPodsLeft, *ours.PodsLeft)
+	}
+	if bare != nil {
+		// What the templated bare pods leave behind is judged like the gpu-scheduler run's: a
+		// claim made from a template goes with its pod, whoever made the pod.
+		title := runner.ModeTitle(runner.ModeTemplatedBare) + ": "
+		leftCheck := func(name string, limit, got *int) {
+			if limit != nil && got != nil {
+				r.Checks = append(r.Checks, Check{Name: title + name, Want: fmt.Sprintf("<= %d", *limit), Got: fmt.Sprint(*got), Pass: *got <= *limit})
+			}
+		}
+		leftCheck("GPU leases left after all pods are gone", e.MaxLeasesLeft, &bare.LeasesLeft)
+		leftCheck("GpuClaims left after the workload was deleted", e.MaxClaimsLeft, bare.ClaimsLeft)
+		leftCheck("pods left after the workload was deleted", e.MaxPodsLeft, bare.PodsLeft)
 	}
 	if v := e.MinThroughputVsPremade; v != nil {
 		got, ok := r.Ratios["throughputVsPremade"]
