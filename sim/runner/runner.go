@@ -47,7 +47,8 @@ const (
 	ModeStock = "kube-scheduler"
 	ModeDRA   = "kube-scheduler-dra"
 	// ModePremade plays a workload of controllers with gpu-scheduler as bare pods naming claims
-	// made before the clock (spec.baseline.premadeClaims): the yardstick for claim templates.
+	// made before the clock (spec.baseline.premadeClaims): with ModeTemplatedBare, the
+	// yardstick for claim templates.
 	ModePremade = "gpu-scheduler/pre-made"
 	// ModeTemplatedBare plays the same bare pods as ModePremade, created the same way at the
 	// same times, but naming the workload's GpuClaimTemplates: gpu-scheduler makes each claim
@@ -159,7 +160,7 @@ type RunResult struct {
 	// LeasesLeft are GPU leases still present after every pod was deleted.
 	LeasesLeft int `json:"leasesLeft"`
 	// ClaimsLeft and PodsLeft are the GpuClaims and pods left in the workload's namespace after
-	// the run deleted its workload (its Jobs and Deployments, or its pods and pre-made claims);
+	// the run deleted its workload (its Jobs and Deployments, or its bare pods and any pre-made claims);
 	// counted for workloads of controllers only (nil otherwise).
 	ClaimsLeft *int `json:"claimsLeft,omitempty"`
 	PodsLeft   *int `json:"podsLeft,omitempty"`
