@@ -138,13 +138,7 @@ func (p *process) stop(grace time.Duration) error {
 		return nil
 	case <-time.After(grace):
 	}
-	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, p.pid)
-	}
+	return p.kill()
 }
 
 // kill ends the process group at once (SIGKILL), as a crash would, and waits for the exit.
