@@ -164,8 +164,8 @@ type RunResult struct {
 	// counted for workloads of controllers only (nil otherwise).
 	ClaimsLeft *int `json:"claimsLeft,omitempty"`
 	PodsLeft   *int `json:"podsLeft,omitempty"`
-	// ClaimCreates are the GpuClaim creates during the workload (gpu-controller's, from the
-	// templates), and ClaimCreatesPerPod per bound pod; PremadeClaims the claims created
+	// ClaimCreates are the GpuClaim creates during the workload (made from the templates: by
+	// gpu-scheduler at binding, by gpu-controller for gangs), and ClaimCreatesPerPod per bound pod; PremadeClaims the claims created
 	// before the clock (not in the workload's writes).
 	ClaimCreates       float64 `json:"claimCreates"`
 	ClaimCreatesPerPod float64 `json:"claimCreatesPerPod"`
