@@ -1,7 +1,9 @@
 // Package profile takes CPU profiles of the simulator's processes while a workload runs (the
 // kube-apiserver's and the schedulers' /debug/pprof/profile, and gpu-sim's own, which hosts
 // the agent fleet) and splits each process's CPU time by cause: admission, writes by kind,
-// watches, the scheduler's Filter and Score, and so on. The CPU time itself comes from
+// watches, the scheduler's Filter and Score, and so on. When the workload ends it also takes
+// one heap profile of each (heap-<process>.pprof), which says what the memory the run's
+// peak RSS counts is made of. The CPU time itself comes from
 // /proc; a profile only says how it divides, which keeps the figures honest when profiles miss
 // the last seconds of a run.
 package profile
@@ -35,10 +37,12 @@ type Target struct {
 
 // Collection is a running profile collection; Stop ends it.
 type Collection struct {
-	dir    string
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	self   *os.File
+	dir     string
+	client  *http.Client
+	targets []Target
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	self    *os.File
 
 	mu    sync.Mutex
 	files map[string][]string
@@ -66,7 +70,7 @@ func Start(ctx context.Context, dir string, auth *rest.Config, targets []Target)
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	c := &Collection{dir: dir, cancel: cancel, files: map[string][]string{}}
+	c := &Collection{dir: dir, client: client, targets: targets, cancel: cancel, files: map[string][]string{}}
 	for _, t := range targets {
 		c.wg.Go(func() { c.loop(ctx, client, t) })
 	}
@@ -84,9 +88,12 @@ func Start(ctx context.Context, dir string, auth *rest.Config, targets []Target)
 	return c, nil
 }
 
-// Stop ends the collection and returns the profile files by process, with the errors of
-// chunks that failed (a chunk cut short by Stop is not one).
+// Stop ends the collection and returns the CPU profile files by process, with the errors of
+// chunks that failed (a chunk cut short by Stop is not one). Before that it writes one heap
+// profile of each target and of gpu-sim (HeapFile), taken while the workload's objects still
+// exist; a target that refuses is an error, not a lost run.
 func (c *Collection) Stop() (map[string][]string, error) {
+	c.heaps()
 	c.cancel()
 	c.wg.Wait()
 	if c.self != nil {
@@ -99,6 +106,43 @@ func (c *Collection) Stop() (map[string][]string, error) {
 		sort.Strings(f)
 	}
 	return c.files, errors.Join(c.errs...)
+}
+
+// HeapFile names the heap profile Stop writes for a process.
+func HeapFile(process string) string { return "heap-" + process + ".pprof" }
+
+// heaps writes the heap profiles, the targets' in parallel (each is a short request).
+func (c *Collection) heaps() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, t := range c.targets {
+		wg.Go(func() {
+			if err := fetch(ctx, c.client, t.URL+"/debug/pprof/heap", filepath.Join(c.dir, HeapFile(t.Process))); err != nil {
+				c.mu.Lock()
+				c.errs = append(c.errs, fmt.Errorf("heap profile of %s: %w", t.Process, err))
+				c.mu.Unlock()
+			}
+		})
+	}
+	if err := writeHeap(filepath.Join(c.dir, HeapFile(SelfProcess))); err != nil {
+		c.mu.Lock()
+		c.errs = append(c.errs, err)
+		c.mu.Unlock()
+	}
+	wg.Wait()
+}
+
+func writeHeap(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("heap profile of %s: %w", SelfProcess, err)
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("heap profile of %s: %w", SelfProcess, err)
+	}
+	return f.Close()
 }
 
 func (c *Collection) loop(ctx context.Context, client *http.Client, t Target) {
