@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
@@ -117,6 +118,7 @@ func New(cfg Config) (*Fleet, error) {
 func (f *Fleet) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(f.cfg.KubeClient, 0,
+		informers.WithTransform(crcache.TransformStripManagedFields()),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = f.labelSelector() }))
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	leaseFactory := leases.NewInformerFactory(f.cfg.KubeClient, f.cfg.LeaseNamespace, "", 0)

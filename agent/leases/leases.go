@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
@@ -31,6 +32,8 @@ func NewInformerFactory(client kubernetes.Interface, namespace, node string, res
 	}
 	return informers.NewSharedInformerFactoryWithOptions(client, resync,
 		informers.WithNamespace(namespace),
+		// Nothing reads the leases' managedFields; a fleet caches every GPU lease.
+		informers.WithTransform(crcache.TransformStripManagedFields()),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 }
 

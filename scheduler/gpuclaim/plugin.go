@@ -32,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
@@ -161,7 +162,12 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	metrics.SetPendingSource(func() (int, float64) { return p.waiting.pendingStats(p.clock.Now()) })
 	p.fieldManager = fieldManagerFor(h)
 
-	gpuFactory := gpuinformers.NewSharedInformerFactory(gpuClient, 0)
+	// The informers drop managedFields, as kube-scheduler's own pod informer does: nothing here
+	// reads them, and at 5,000 nodes the leases' and claims' entries are memory for nothing.
+	// Updates made from these copies keep the stored managedFields (the server keeps them when
+	// a write omits them).
+	gpuFactory := gpuinformers.NewSharedInformerFactoryWithOptions(gpuClient, 0,
+		gpuinformers.WithTransform(crcache.TransformStripManagedFields()))
 	claims := gpuFactory.Gpu().V1().GpuClaims()
 	p.claimLister = claims.Lister()
 	if err := claims.Informer().AddIndexers(cache.Indexers{gangIndex: claimGangIndex}); err != nil {
@@ -191,6 +197,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 
 	leaseFactory := kubeinformers.NewSharedInformerFactoryWithOptions(p.client, 0,
 		kubeinformers.WithNamespace(*args.LeaseNamespace),
+		kubeinformers.WithTransform(crcache.TransformStripManagedFields()),
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = apiv1.LabelLeaseNode
 		}))

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
@@ -240,7 +241,9 @@ func (r *recorder) statusCount() int {
 // watch starts the pod and GpuNodeStatus informers, and with claims the ResourceClaim
 // informer of the DRA run (the GPU IDs are in the claims' allocation results); they stop with ctx.
 func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versioned.Interface, namespace string, claims bool) error {
-	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(namespace))
+	// The recorder reads phases, times and allocations, never managedFields.
+	strip := crcache.TransformStripManagedFields()
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(namespace), informers.WithTransform(strip))
 	synced := []cache.InformerSynced{}
 	if claims {
 		ci := f.Resource().V1().ResourceClaims().Informer()
@@ -260,7 +263,7 @@ func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versi
 	}); err != nil {
 		return fmt.Errorf("watching pods in %s: %w", namespace, err)
 	}
-	gf := gpuinformers.NewSharedInformerFactory(gcs, 0)
+	gf := gpuinformers.NewSharedInformerFactoryWithOptions(gcs, 0, gpuinformers.WithTransform(strip))
 	si := gf.Gpu().V1().GpuNodeStatuses().Informer()
 	if _, err := si.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { r.onStatus(o, false) },
