@@ -238,6 +238,10 @@ type Result struct {
 	// Score is the placement quality on this node, 0..100: island locality, bandwidth, policy
 	// fit and how whole the node's islands stay for later requests.
 	Score int
+	// Fit is the island best fit, 0..100: the share of its island's free GPUs the placement
+	// takes (100 fills the island exactly); 0 when the placement spans islands, -1 under the
+	// Spread policy. Binpack ranks nodes by it before their packed share (NodeScore).
+	Fit int
 	// IslandLocal is true when every chosen GPU sits in one island.
 	IslandLocal bool
 	// Islands is the number of islands the chosen GPUs span.

@@ -42,17 +42,21 @@ func (v *view) score(res *Result) {
 	// Bandwidth: the share of chosen GPUs meeting the minimum (all of them when none is asked).
 	bandwidth := 100 * meetBW / len(res.IDs)
 	// Best fit: filling an island exactly keeps the other islands whole; breaking a big free
-	// island for a small request costs in proportion to what it leaves stranded.
+	// island for a small request costs in proportion to what it leaves stranded. Fit, which
+	// binpack ranks nodes by, counts the GPUs left instead (see Result.Fit).
 	bestFit := 0
 	if res.IslandLocal {
 		for i, n := range islandCount {
-			left := len(v.islands[i].free) - n
-			bestFit = 100 - 100*left/v.islands[i].size
+			free := len(v.islands[i].free)
+			bestFit = 100 - 100*(free-n)/v.islands[i].size
+			res.Fit = 100 * n / free
 		}
 	}
 
 	switch req.Policy {
 	case Spread:
+		// A spread claim does not aim at filling an island: no fit for binpack to rank by.
+		res.Fit = -1
 		// The more distinct islands the better, up to as many as the node has: a node whose
 		// other islands are full scores below one that can really spread.
 		want := min(req.Count, len(v.islands))
@@ -140,6 +144,15 @@ func (s Strategy) Ranked() bool {
 // dominates so that an island-local placement on any node beats a cross-island one.
 const placementWeight = 70
 
+// binpackFitWeight is the share, in percent, of binpack's node term that is the placement's
+// island best fit (Result.Fit); the rest is the node's packed share. At 80 a placement that
+// leaves fewer GPUs free in its island wins over one on a fuller node, as PreFilter's
+// tightest-fit cap orders them (candidates.go), even against the placement score's own best
+// fit, which counts what is left as a share of the island's size; between equal fits the
+// fuller node wins. At 67 a single still went to a DGX holding a quad (3 GPUs left in its
+// island) before an empty box of NVLink pairs (1 left).
+const binpackFitWeight = 80
+
 // NodeScore ranks a node for a request whose placement on it is res: 0..100. For a ranked
 // strategy (Strategy.Ranked) use NodeScoreWith and the strategy's own scores instead.
 func NodeScore(n *Node, res Result, s Strategy) int {
@@ -163,7 +176,14 @@ func NodeScore(n *Node, res Result, s Strategy) int {
 		packed := 100 * used / healthy
 		switch s {
 		case Binpack:
+			// Islands first, then nodes: the island best fit counts four times the node's
+			// packed share. Packing by node alone drew small claims onto a big island half taken by a
+			// larger claim (its node being the fuller) rather than into the free half of a
+			// small island elsewhere, stranding GPUs the next larger claim needed.
 			strategy = packed
+			if res.Fit >= 0 {
+				strategy = (binpackFitWeight*res.Fit + (100-binpackFitWeight)*packed) / 100
+			}
 		case LeastUtilized:
 			if utilN > 0 {
 				strategy = 100 - utilSum/utilN

@@ -155,3 +155,96 @@ func TestNodeScoreWith(t *testing.T) {
 		t.Error("strategy scores outside 0..100 are not clamped")
 	}
 }
+
+// quickstart's two node kinds: a DGX H100 (one NVSwitch island of 8) and a PCIe box bridged
+// in NVLink pairs (four islands of 2).
+func h100(name string) *Builder  { return DGX(name, 8, 450) }
+func pairs(name string) *Builder { return NVLinkPairs(name, 8, 300) }
+
+// binpackOrder places req on every node and lists the node names best first by binpack.
+func binpackOrder(t *testing.T, req Request, nodes ...*Node) ([]string, map[string]int) {
+	t.Helper()
+	scores := map[string]int{}
+	for _, n := range nodes {
+		res, err := Allocate(n, req)
+		if err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+		scores[n.Name] = NodeScore(n, res, Binpack)
+	}
+	return byScore(scores), scores
+}
+
+// Binpack fills small islands before it breaks a big one that a larger claim could use. Packing
+// by node alone sent a single to the DGX holding a quad (its node the fuller, 5 of 8 after)
+// rather than into the free half of an NVLink pair (2 of 8), and the next quad then broke a
+// fresh DGX, starving 8-GPU claims (quickstart, issue 18).
+func TestBinpackFillsSmallIslandsFirst(t *testing.T) {
+	single := Request{Count: 1, Policy: Contiguous, Topology: Preferred}
+	pair := Request{Count: 2, Policy: Contiguous, Topology: Preferred, MinBandwidthGBps: 300}
+	quad := Request{Count: 4, Policy: Contiguous, Topology: Preferred}
+	dgxQuad := h100("dgx-with-quad").HeldBy("quad", 0, 1, 2, 3).Node()
+	dgxSeven := h100("dgx-with-seven").HeldBy("p", 0, 1, 2, 3, 4, 5, 6).Node()
+	dgxEmpty := h100("dgx-empty").Node()
+	halfPair := pairs("pairs-half-used-pair").HeldBy("s", 0).Node()
+	onePairUsed := pairs("pairs-one-pair-used").HeldBy("s", 0, 1).Node()
+	pairsEmpty := pairs("pairs-empty").Node()
+	for _, tc := range []struct {
+		name  string
+		req   Request
+		nodes []*Node
+		want  []string
+	}{
+		// The exact fit in a pair first; then a whole pair (1 GPU left in it) before the DGX
+		// that would keep 3 of its island free, too few for a quad; an empty DGX last.
+		{"single", single, []*Node{dgxQuad, halfPair, pairsEmpty, dgxEmpty},
+			[]string{"pairs-half-used-pair", "pairs-empty", "dgx-with-quad", "dgx-empty"}},
+		// Exact fits on both: the fuller node wins, as binpack should.
+		{"single, two exact fits", single, []*Node{halfPair, dgxSeven},
+			[]string{"dgx-with-seven", "pairs-half-used-pair"}},
+		{"pair", pair, []*Node{dgxQuad, onePairUsed, dgxEmpty},
+			[]string{"pairs-one-pair-used", "dgx-with-quad", "dgx-empty"}},
+		// A quad is island-local only on a DGX: the half-used one first, never a pairs box.
+		{"quad", quad, []*Node{pairsEmpty, dgxEmpty, dgxQuad},
+			[]string{"dgx-with-quad", "dgx-empty", "pairs-empty"}},
+	} {
+		got, scores := binpackOrder(t, tc.req, tc.nodes...)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: binpack order %v, want %v (scores %v)", tc.name, got, tc.want, scores)
+		}
+	}
+}
+
+// The island best fit counts GPUs left, not a share of the island's size: the last free GPU of
+// a pair and the last free GPU of a DGX are both exact fits; one left free in a pair is better
+// than three left in a DGX.
+func TestBestFitCountsGPUsLeft(t *testing.T) {
+	single := Request{Count: 1, Policy: Contiguous}
+	for _, tc := range []struct {
+		node *Node
+		fit  int
+	}{
+		{pairs("half-pair").HeldBy("s", 0).Node(), 100},
+		{h100("dgx-seven").HeldBy("p", 0, 1, 2, 3, 4, 5, 6).Node(), 100},
+		{pairs("empty-pair").Node(), 50},
+		{h100("dgx-six").HeldBy("p", 0, 1, 2, 3, 4, 5).Node(), 50},
+		{h100("dgx-quad").HeldBy("q", 0, 1, 2, 3).Node(), 25},
+		{h100("dgx-empty").Node(), 12},
+	} {
+		res, err := Allocate(tc.node, single)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Fit != tc.fit {
+			t.Errorf("%s: fit %d, want %d", tc.node.Name, res.Fit, tc.fit)
+		}
+	}
+	split, err := Allocate(TwoIslands("split", 2, 2).Node(), Request{Count: 3, Policy: Contiguous, Topology: Preferred})
+	if err != nil || split.IslandLocal || split.Fit != 0 {
+		t.Errorf("a cross-island placement: fit %d, island-local %v, %v; want 0, false", split.Fit, split.IslandLocal, err)
+	}
+	spread, err := Allocate(TwoIslands("spread", 4, 4).Node(), Request{Count: 2, Policy: Spread})
+	if err != nil || spread.Fit != -1 {
+		t.Errorf("a Spread placement: fit %d, %v; want -1 (binpack ranks it by the node alone)", spread.Fit, err)
+	}
+}

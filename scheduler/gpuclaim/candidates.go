@@ -17,8 +17,8 @@ const DefaultMaxCandidateNodes = 100
 // candidates of one tier). Up to limit nodes, better tiers before worse; within the tier where
 // the limit falls, binpack takes the tightest fits first: the fewest GPUs left in the island the
 // request would use, then on the node (a best fit that keeps large free islands and empty nodes
-// whole for large claims, as the allocator's own best-fit score does), and spread the emptiest
-// nodes. The other strategies rank nodes by something the ledger does not hold (utilisation,
+// whole for large claims, in the order allocator.NodeScore's binpack ranks them: island fit
+// before the node's packed share), and spread the emptiest nodes. The other strategies rank nodes by something the ledger does not hold (utilisation,
 // names, costs, a draw per pod), and limit 0 means no cap: then every node is offered. capped
 // reports whether some were left out. Ties keep the ledger's map order, which Go varies from
 // scan to scan, so that a node another plugin keeps refusing is not offered first every time.

@@ -2,10 +2,13 @@ package gpuclaim
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -162,5 +165,65 @@ func TestMaxCandidateNodesArg(t *testing.T) {
 	a.MaxCandidateNodes = ptr.To[int32](-1)
 	if err := ValidateArgs(nil, a); err == nil {
 		t.Fatal("a negative maxCandidateNodes was accepted")
+	}
+}
+
+// islandStatus is a GpuNodeStatus whose healthy GPUs form the given islands, in ID order.
+func islandStatus(node string, bandwidthGBps int, islandSizes ...int) *apiv1.GpuNodeStatus {
+	s := &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: apiv1.GpuNodeStatusSpec{NodeName: node}}
+	id := int32(0)
+	for i, size := range islandSizes {
+		for range size {
+			s.Status.Devices = append(s.Status.Devices, apiv1.Device{ID: id, Health: apiv1.Healthy, Island: fmt.Sprintf("island-%d", i), BandwidthGBps: int32(bandwidthGBps)})
+			id++
+		}
+	}
+	s.Status.LastHeartbeatTime = metav1.NewTime(time.Now())
+	return s
+}
+
+// PreFilter's binpack cap offers nodes in the order the Score's binpack ranks them: island best
+// fit first, then the fuller node. quickstart's case: a single is offered (and scored) the free
+// half of an NVLink pair first, a whole pair next, and only then the DGX already holding a
+// quad, whose island a later quad could still have used.
+func TestBinpackCapRanksAsScoreDoes(t *testing.T) {
+	l := newLedger()
+	l.setStatus(islandStatus("dgx-with-quad", 450, 8))
+	l.setStatus(islandStatus("pairs-half-used-pair", 300, 2, 2, 2, 2))
+	l.setStatus(islandStatus("pairs-empty", 300, 2, 2, 2, 2))
+	l.add("quad", "dgx-with-quad", []int{0, 1, 2, 3}, false, fromLease)
+	l.add("single", "pairs-half-used-pair", []int{0}, false, fromLease)
+	req := allocator.Request{Count: 1, Policy: allocator.Contiguous, Topology: allocator.Preferred}
+
+	scores := map[string]int{}
+	for _, n := range []string{"dgx-with-quad", "pairs-half-used-pair", "pairs-empty"} {
+		node, _ := l.snapshot(n)
+		res, err := allocator.Allocate(node, req)
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		scores[n] = allocator.NodeScore(node, res, allocator.Binpack)
+	}
+	byScore := slices.Collect(maps.Keys(scores))
+	slices.SortFunc(byScore, func(a, b string) int { return scores[b] - scores[a] })
+	if want := []string{"pairs-half-used-pair", "pairs-empty", "dgx-with-quad"}; !slices.Equal(byScore, want) {
+		t.Fatalf("binpack scores %v rank %v, want %v", scores, byScore, want)
+	}
+
+	byFit, _ := l.candidates(&req, time.Now().Add(-time.Minute), func(string) bool { return true })
+	defer releaseCandidates(byFit)
+	var tiers [][]candidate
+	for f := fitIslandBandwidth; f >= fitNode; f-- {
+		if len(byFit[f]) > 0 {
+			tiers = append(tiers, byFit[f])
+		}
+	}
+	for limit := 1; limit < len(byScore); limit++ {
+		got, capped := pickCandidates(tiers, allocator.Binpack, limit)
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(byScore[:limit]))
+		if !capped || !slices.Equal(got, want) {
+			t.Errorf("cap %d offers %v (capped %v), want the %d best-scored %v", limit, got, capped, limit, want)
+		}
 	}
 }

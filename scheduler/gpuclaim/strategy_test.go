@@ -46,8 +46,11 @@ func placeOneGPUPods(t *testing.T, nodes []*v1.Node, n int, strategy string) []s
 
 func TestNodeStrategyPerPod(t *testing.T) {
 	three := []*v1.Node{node("a", nil), node("b", nil), node("c", nil)}
-	t.Run("the plugin default (binpack) fills one node", func(t *testing.T) {
-		if got := placeOneGPUPods(t, three, 4, ""); !slices.Equal(got, []string{"a", "a", "a", "a"}) {
+	// Each node has a free island of 3 (4 to 6) and one of 4 (0 to 3). Binpack fills islands,
+	// then nodes: a's island of 3 first, then b's, rather than breaking a's whole island of 4
+	// (the fuller node) and leaving 3 GPUs there that a 4-GPU claim could have had.
+	t.Run("the plugin default (binpack) fills islands, then nodes", func(t *testing.T) {
+		if got := placeOneGPUPods(t, three, 6, ""); !slices.Equal(got, []string{"a", "a", "a", "b", "b", "b"}) {
 			t.Fatalf("placed on %v", got)
 		}
 	})
