@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -627,5 +628,37 @@ func TestNodesOfAnotherSchedulersPoolAreLeftOut(t *testing.T) {
 	}
 	if node, st, _ := e.schedule(t, pod); !st.IsSuccess() || node != "b" {
 		t.Fatalf("pod once b's status names this scheduler: node %q, %v; want b", node, st)
+	}
+}
+
+// The plugin's informers keep no managedFields: at 5,000 nodes its caches hold every GPU
+// lease and claim, and nothing reads those entries.
+func TestInformersDropManagedFields(t *testing.T) {
+	mf := []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1"}}
+	c := claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
+	c.ManagedFields = mf
+	e := newTestEnv(t, []*v1.Node{node("n1", nil)}, c)
+	got, err := e.p.claimLister.GpuClaims("ns").Get("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ManagedFields != nil {
+		t.Errorf("cached claim keeps managedFields %v", got.ManagedFields)
+	}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: *e.p.args.LeaseNamespace, Name: "gpu-n1-0",
+		Labels: map[string]string{apiv1.LabelLeaseNode: "n1"}, ManagedFields: mf}}
+	if _, err := e.kube.CoordinationV1().Leases(l.Namespace).Create(t.Context(), l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, err := e.p.leaseLister.Leases(l.Namespace).Get(l.Name)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("lease never reached the plugin's cache: %v", err)
+	}
+	cached, _ := e.p.leaseLister.Leases(l.Namespace).Get(l.Name)
+	if cached.ManagedFields != nil {
+		t.Errorf("cached lease keeps managedFields %v", cached.ManagedFields)
 	}
 }
