@@ -41,7 +41,8 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if err := p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
 		setAllocation(st, apiv1.ClaimBound, pod, alloc, msg)
 	}); err != nil {
-		klog.FromContext(ctx).Error(err, "Recording the claim as Bound", "claim", s.key, "pod", klog.KObj(pod))
+		klog.FromContext(ctx).Error(err, "Recording the claim as Bound; will repair", "claim", s.key, "pod", klog.KObj(pod))
+		p.status.bound(s.claim, pod, alloc)
 	}
 }
 

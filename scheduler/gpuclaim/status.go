@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -62,7 +63,15 @@ type statusWriter struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	mu    sync.Mutex
 	wish  map[string]statusWish
+	// repairDelay is how long a repair waits before it is written; see bound.
+	repairDelay time.Duration
 }
+
+// repairDelay gives the binding cycle's own Bound write (PostBind) time to land and reach the
+// claim informer before a repair is judged. The pod's update (its binding) and the claim's
+// status update arrive on different informers in no set order: repairing at once sent a second
+// status write, or a conflicting one, for a third of the pods in quickstart.
+const repairDelay = 5 * time.Second
 
 type statusWish struct {
 	claim  *apiv1.GpuClaim
@@ -75,9 +84,10 @@ type statusWish struct {
 
 func newStatusWriter(p *Plugin) *statusWriter {
 	return &statusWriter{
-		p:     p,
-		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		wish:  map[string]statusWish{},
+		p:           p,
+		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		wish:        map[string]statusWish{},
+		repairDelay: repairDelay,
 	}
 }
 
@@ -107,20 +117,34 @@ func (w *statusWriter) released(claim *apiv1.GpuClaim, uid types.UID, msg string
 }
 
 // bound repairs the status of a claim whose pod is bound with an allocation the status does
-// not show: a scheduler that crashed between binding and writing the status leaves it so.
+// not show: a scheduler that crashed between binding and writing the status leaves it so. The
+// repair waits repairDelay and is then judged on the claim informer's copy, so that a claim
+// PostBind has written meanwhile costs no write.
 func (w *statusWriter) bound(claim *apiv1.GpuClaim, pod *v1.Pod, a apiv1.Allocation) {
 	if claim.Status.Phase == apiv1.ClaimBound && claim.Status.PodUID == string(pod.UID) && claim.Status.Allocated == a.String() {
 		return
 	}
-	w.put(statusWish{claim: claim, pod: pod, phase: apiv1.ClaimBound, reason: "Repaired", alloc: &a,
-		msg: fmt.Sprintf("GPUs %s on node %s allocated to pod %s", apiv1.FormatIDs(a.IDs), a.Node, pod.Name)})
+	w.putAfter(statusWish{claim: claim, pod: pod, phase: apiv1.ClaimBound, reason: "Repaired", alloc: &a,
+		msg: fmt.Sprintf("GPUs %s on node %s allocated to pod %s", apiv1.FormatIDs(a.IDs), a.Node, pod.Name)}, w.repairDelay)
 }
 
-func (w *statusWriter) put(s statusWish) {
+func (w *statusWriter) put(s statusWish) { w.putAfter(s, 0) }
+
+// putAfter records s as the claim's latest wish and queues it to be written after delay. A
+// repair never replaces a release: the pod went away after it was bound.
+func (w *statusWriter) putAfter(s statusWish, delay time.Duration) {
 	key := claimKey(s.claim.Namespace, s.claim.Name)
 	w.mu.Lock()
+	if old, ok := w.wish[key]; ok && s.reason == "Repaired" && old.reason == "Released" {
+		w.mu.Unlock()
+		return
+	}
 	w.wish[key] = s
 	w.mu.Unlock()
+	if delay > 0 {
+		w.queue.AddAfter(key, delay)
+		return
+	}
 	w.queue.Add(key)
 }
 

@@ -1,0 +1,81 @@
+package gpuclaim
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// claimStatusWrites counts the status updates sent for GpuClaims.
+func claimStatusWrites(e *testEnv) int {
+	n := 0
+	for _, a := range e.gpu.Actions() {
+		if a.GetVerb() == "update" && a.GetResource().Resource == "gpuclaims" && a.GetSubresource() == "status" {
+			n++
+		}
+	}
+	return n
+}
+
+func boundPod(name, claim, node string) *v1.Pod {
+	pod := gpuPod(name, claim)
+	pod.Spec.NodeName = node
+	pod.Annotations[apiv1.AnnotationAllocated] = node + ":0"
+	return pod
+}
+
+// The scheduler's pod informer may show a pod bound before the claim informer shows the Bound
+// status PostBind wrote: that must not cost the claim a second status write.
+func TestRepairWaitsForTheBindingCyclesOwnWrite(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e.p.status.repairDelay = time.Second
+	eventuallyTrue(t, func() bool { _, err := e.p.claimLister.GpuClaims("ns").Get("c"); return err == nil })
+	pod := boundPod("p", "c", "a")
+
+	e.p.observePod(t.Context(), pod) // the binding reaches the pod informer first
+	time.Sleep(200 * time.Millisecond)
+	if n := claimStatusWrites(e); n != 0 {
+		t.Fatalf("%d claim status writes before the repair was due, want 0", n)
+	}
+
+	// PostBind's write, as the binding cycle makes it.
+	claim, _ := e.p.claimLister.GpuClaims("ns").Get("c")
+	if err := e.p.writeClaimStatus(t.Context(), claim, func(st *apiv1.GpuClaimStatus) {
+		setAllocation(st, apiv1.ClaimBound, pod, apiv1.Allocation{Node: "a", IDs: []int{0}}, "GPUs 0 on node a allocated to pod p")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, func() bool {
+		c, err := e.p.claimLister.GpuClaims("ns").Get("c")
+		return err == nil && c.Status.Phase == apiv1.ClaimBound
+	})
+	// Past the repair's due time; the writer has nothing left to do.
+	time.Sleep(e.p.status.repairDelay)
+	eventuallyTrue(t, func() bool { return e.p.status.queue.Len() == 0 })
+	if n := claimStatusWrites(e); n != 1 {
+		t.Fatalf("%d claim status writes, want 1 (PostBind's; the repair had nothing to do)", n)
+	}
+}
+
+// A bound pod whose claim does not show its GPUs (its scheduler died between binding and the
+// status write) gets the status repaired.
+func TestRepairWritesAMissingBoundStatus(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e.p.status.repairDelay = 50 * time.Millisecond
+	eventuallyTrue(t, func() bool { _, err := e.p.claimLister.GpuClaims("ns").Get("c"); return err == nil })
+	pod := boundPod("p", "c", "a")
+
+	e.p.observePod(t.Context(), pod)
+
+	eventuallyTrue(t, func() bool {
+		c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "c", metav1.GetOptions{})
+		return err == nil && c.Status.Phase == apiv1.ClaimBound && c.Status.Allocated == "a:0" && c.Status.PodUID == string(pod.UID)
+	})
+	if n := claimStatusWrites(e); n != 1 {
+		t.Fatalf("%d claim status writes, want 1", n)
+	}
+}
