@@ -125,6 +125,13 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 		if err != nil {
 			return taken, err
 		}
+		// A GPU freed by a pod that went away is often still locked by that pod's lease: the
+		// ledger frees it at once, the release queue deletes the lease a little later. Seen in
+		// the informer, such a lease is deleted first, sparing a Create that would fail
+		// (churn: 470 failed lease creates for 1,500 pods).
+		if cached, err := p.leaseLister.Leases(*p.args.LeaseNamespace).Get(l.Name); err == nil && p.stale(cached, pod.UID) {
+			p.deleteStale(ctx, cached)
+		}
 		_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
 		if apierrors.IsAlreadyExists(err) && p.takeOverStale(ctx, l.Name, pod.UID) {
 			_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
@@ -162,16 +169,22 @@ func (p *Plugin) takeOverStale(ctx context.Context, name string, requester types
 	if apierrors.IsNotFound(err) {
 		return true
 	}
-	if err != nil {
+	if err != nil || !p.stale(cur, requester) {
 		return false
 	}
-	ref, ok := parseLease(cur)
+	return p.deleteStale(ctx, cur)
+}
+
+// stale reports whether every holder of lease l is a pod this scheduler saw go away, or is
+// requester itself from an attempt older than ownLeaseStaleAfter.
+func (p *Plugin) stale(l *coordinationv1.Lease, requester types.UID) bool {
+	ref, ok := parseLease(l)
 	if !ok || len(ref.holders) == 0 {
 		return false
 	}
-	born := cur.CreationTimestamp.Time
-	if cur.Spec.AcquireTime != nil && cur.Spec.AcquireTime.After(born) {
-		born = cur.Spec.AcquireTime.Time
+	born := l.CreationTimestamp.Time
+	if l.Spec.AcquireTime != nil && l.Spec.AcquireTime.After(born) {
+		born = l.Spec.AcquireTime.Time
 	}
 	for _, h := range ref.holders {
 		ownLeftover := h == requester && !ref.shared && p.clock.Since(born) > ownLeaseStaleAfter
@@ -179,7 +192,13 @@ func (p *Plugin) takeOverStale(ctx context.Context, name string, requester types
 			return false
 		}
 	}
-	err = leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion}})
+	return true
+}
+
+// deleteStale deletes lease l on the condition that it is still the object read (UID and
+// resourceVersion), and reports whether it is gone.
+func (p *Plugin) deleteStale(ctx context.Context, l *coordinationv1.Lease) bool {
+	err := p.client.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}})
 	if err == nil {
 		metrics.LeasesReleased.Inc()
 	}

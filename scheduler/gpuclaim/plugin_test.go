@@ -75,6 +75,9 @@ func newTestEnvArgs(t *testing.T, args *Args, nodes []*v1.Node, objs ...runtime.
 		}
 		var err error
 		p, err = newPlugin(ctx, obj, h, gpu, clk)
+		if p != nil {
+			p.status.pendingGrace = 0 // tests read the reason at once; TestPendingWaitsForItsGrace sets one
+		}
 		return p, err
 	}}
 	profile := &config.KubeSchedulerProfile{SchedulerName: "gpu-scheduler", Plugins: &config.Plugins{
@@ -384,6 +387,19 @@ func TestPreBindTakesOverLeaseOfDeletedPod(t *testing.T) {
 	l, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Get(t.Context(), "gpu-a-5", metav1.GetOptions{})
 	if err != nil || *l.Spec.HolderIdentity != string(pod.UID) {
 		t.Fatalf("lease gpu-a-5 = %+v, %v; want it held by the new pod", l, err)
+	}
+	// The stale lease was seen in the informer and deleted before the create: no create of
+	// gpu-a-5 failed (the test's own create and the plugin's one).
+	creates := 0
+	for _, a := range e.kube.Actions() {
+		if c, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "leases" {
+			if obj, ok := c.GetObject().(*coordinationv1.Lease); ok && obj.Name == "gpu-a-5" {
+				creates++
+			}
+		}
+	}
+	if creates != 2 {
+		t.Fatalf("%d creates of lease gpu-a-5, want 2 (the stale lease deleted first from the informer's copy)", creates)
 	}
 }
 

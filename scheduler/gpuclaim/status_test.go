@@ -79,3 +79,44 @@ func TestRepairWritesAMissingBoundStatus(t *testing.T) {
 		t.Fatalf("%d claim status writes, want 1", n)
 	}
 }
+
+// A pod placed within pendingGrace of being turned away costs its claim no status write; one
+// that still waits then gets the reason.
+func TestPendingWaitsForItsGrace(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)},
+		claimObj("quick", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
+		claimObj("slow", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e.p.status.pendingGrace = 500 * time.Millisecond
+	eventuallyTrue(t, func() bool { _, err := e.p.claimLister.GpuClaims("ns").Get("slow"); return err == nil })
+	quick, _ := e.p.claimLister.GpuClaims("ns").Get("quick")
+	slow, _ := e.p.claimLister.GpuClaims("ns").Get("slow")
+	qp := gpuPod("q", "quick")
+
+	e.p.status.pending(quick, qp, "no node has 1 healthy free GPUs for GpuClaim ns/quick")
+	e.p.status.pending(slow, gpuPod("s", "slow"), "no node has 1 healthy free GPUs for GpuClaim ns/slow")
+	// The quick pod is placed within its grace: PostBind writes Bound.
+	if err := e.p.writeClaimStatus(t.Context(), quick, func(st *apiv1.GpuClaimStatus) {
+		setAllocation(st, apiv1.ClaimBound, qp, apiv1.Allocation{Node: "a", IDs: []int{0}}, "GPUs 0 on node a allocated to pod q")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, func() bool {
+		c, _ := e.p.claimLister.GpuClaims("ns").Get("quick")
+		return c.Status.Phase == apiv1.ClaimBound
+	})
+	time.Sleep(200 * time.Millisecond)
+	if n := claimStatusWrites(e); n != 1 {
+		t.Fatalf("%d claim status writes within the grace, want 1 (quick's Bound)", n)
+	}
+	eventuallyTrue(t, func() bool {
+		c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "slow", metav1.GetOptions{})
+		return err == nil && c.Status.Phase == apiv1.ClaimPending && c.Status.Message == "no node has 1 healthy free GPUs for GpuClaim ns/slow"
+	})
+	time.Sleep(e.p.status.pendingGrace)
+	if n := claimStatusWrites(e); n != 2 {
+		t.Fatalf("%d claim status writes, want 2 (quick's Bound, slow's Pending)", n)
+	}
+	if c, _ := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "quick", metav1.GetOptions{}); c.Status.Phase != apiv1.ClaimBound {
+		t.Fatalf("claim quick is %s; the pending reason of its wait must not overwrite Bound", c.Status.Phase)
+	}
+}
