@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -129,8 +130,16 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 		// ledger frees it at once, the release queue deletes the lease a little later. Seen in
 		// the informer, such a lease is deleted first, sparing a Create that would fail
 		// (churn: 470 failed lease creates for 1,500 pods).
-		if cached, err := p.leaseLister.Leases(*p.args.LeaseNamespace).Get(l.Name); err == nil && p.stale(cached, pod.UID) {
-			p.deleteStale(ctx, cached)
+		if cached, err := p.leaseLister.Leases(*p.args.LeaseNamespace).Get(l.Name); err == nil {
+			switch {
+			case p.stale(cached, pod.UID):
+				p.deleteStale(ctx, cached)
+			case !shared && !holds(cached, pod.UID):
+				// Another pod holds it, as far as the informer knows: a scheduler racing this
+				// one took it since Filter. The create would fail; the attempt fails without it
+				// (lease-race: a failed create for most pods the racer won).
+				return taken, fmt.Errorf("GPU %d on node %s (lease %s, seen in the informer): %w", id, node, l.Name, errLeaseConflict)
+			}
 		}
 		_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
 		if apierrors.IsAlreadyExists(err) && p.takeOverStale(ctx, l.Name, pod.UID) {
@@ -151,6 +160,15 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 		taken = append(taken, l.Name)
 	}
 	return taken, nil
+}
+
+// holds reports whether lease l names pod uid among its holders.
+func holds(l *coordinationv1.Lease, uid types.UID) bool {
+	ref, ok := parseLease(l)
+	if !ok {
+		return false
+	}
+	return slices.Contains(ref.holders, uid)
 }
 
 // ownLeaseStaleAfter is how old a lease naming the very pod being scheduled must be before it

@@ -11,6 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -316,29 +317,72 @@ func TestPreFilterRejections(t *testing.T) {
 }
 
 func TestPreBindLosesLeaseRace(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)},
-		claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
-	// Another scheduler holds GPU 5: its lease exists, but this scheduler has not seen it yet.
 	other := "other-pod"
-	if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), &coordinationv1.Lease{
+	heldByOther := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpu-a-5", Namespace: "gpu-scheduler"},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &other},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
 	}
-	pod := gpuPod("p", "two")
-	_, st, _ := e.schedule(t, pod)
-	// An error, so the pod is retried after backoff rather than waiting for an event.
-	if st == nil || st.Code() != fwk.Error || !strings.Contains(st.Message(), "GPU 5 on node a (lease gpu-a-5): GPU lease held by another pod") {
-		t.Fatalf("status %v, want a lost lease race", st)
-	}
-	// Unreserve released what this attempt created and left the other pod's lease alone.
-	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
-	if len(leases.Items) != 1 || leases.Items[0].Name != "gpu-a-5" || *leases.Items[0].Spec.HolderIdentity != other {
-		t.Fatalf("leases after the lost race: %+v", leases.Items)
-	}
-	if n, ids := e.p.ledger.holdsOf(pod.UID); n != "" || len(ids) != 0 {
-		t.Fatalf("ledger still holds %s %v for the pod", n, ids)
+	for _, tc := range []struct {
+		name string
+		// seen: the lease informer shows the other pod's lease before PreBind; otherwise the
+		// lease exists only in the API server (its create fails) and the informer never sees it.
+		seen    bool
+		want    string
+		creates int // creates of gpu-a-5 the plugin sends
+	}{
+		{name: "seen in the informer", seen: true, want: "GPU 5 on node a (lease gpu-a-5, seen in the informer): GPU lease held by another pod", creates: 0},
+		{name: "not seen yet", seen: false, want: "GPU 5 on node a (lease gpu-a-5): GPU lease held by another pod", creates: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t, []*v1.Node{node("a", nil)},
+				claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
+			if tc.seen {
+				if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), heldByOther, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				eventuallyTrue(t, func() bool { _, err := e.p.leaseLister.Leases("gpu-scheduler").Get("gpu-a-5"); return err == nil })
+			} else {
+				e.kube.PrependReactor("create", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+					if a.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease).Name == "gpu-a-5" {
+						return true, nil, apierrors.NewAlreadyExists(coordinationv1.Resource("leases"), "gpu-a-5")
+					}
+					return false, nil, nil
+				})
+				e.kube.PrependReactor("get", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+					if a.(clienttesting.GetAction).GetName() == "gpu-a-5" {
+						return true, heldByOther.DeepCopy(), nil
+					}
+					return false, nil, nil
+				})
+			}
+			pod := gpuPod("p", "two")
+			_, st, _ := e.schedule(t, pod)
+			// An error, so the pod is retried after backoff rather than waiting for an event.
+			if st == nil || st.Code() != fwk.Error || !strings.Contains(st.Message(), tc.want) {
+				t.Fatalf("status %v, want a lost lease race: %s", st, tc.want)
+			}
+			creates := 0
+			for _, a := range e.kube.Actions() {
+				if c, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "leases" {
+					if l := c.GetObject().(*coordinationv1.Lease); l.Name == "gpu-a-5" && *l.Spec.HolderIdentity != other {
+						creates++
+					}
+				}
+			}
+			if creates != tc.creates {
+				t.Fatalf("the plugin sent %d creates of lease gpu-a-5, want %d", creates, tc.creates)
+			}
+			// Unreserve released what this attempt created and left the other pod's lease alone.
+			leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
+			for _, l := range leases.Items {
+				if l.Name != "gpu-a-5" || *l.Spec.HolderIdentity != other {
+					t.Fatalf("lease %s held by %s left after the lost race", l.Name, *l.Spec.HolderIdentity)
+				}
+			}
+			if n, ids := e.p.ledger.holdsOf(pod.UID); n != "" || len(ids) != 0 {
+				t.Fatalf("ledger still holds %s %v for the pod", n, ids)
+			}
+		})
 	}
 }
 
