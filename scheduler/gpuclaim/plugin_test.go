@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -44,6 +45,8 @@ type testEnv struct {
 	clock *clocktesting.FakeClock
 
 	activated *recordingActivator
+	// events are the events the plugin emitted through the framework's recorder.
+	events *events.FakeRecorder
 }
 
 func newTestEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *testEnv {
@@ -67,6 +70,7 @@ func newTestEnvArgs(t *testing.T, args *Args, nodes []*v1.Node, objs ...runtime.
 	gpu := gpufake.NewSimpleClientset(gpuObjs...)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	act := &recordingActivator{}
+	rec := events.NewFakeRecorder(1000)
 	schedmetrics.Register() // the framework's Permit records metrics
 	var p *Plugin
 	registry := frameworkruntime.Registry{queuesort.Name: queuesort.New, Name: func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
@@ -91,13 +95,14 @@ func newTestEnvArgs(t *testing.T, args *Args, nodes []*v1.Node, objs ...runtime.
 		frameworkruntime.WithInformerFactory(factory),
 		frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(nil, nodes)),
 		frameworkruntime.WithPodActivator(act),
+		frameworkruntime.WithEventRecorder(rec),
 		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	return &testEnv{p: p, fh: fh, kube: kube, gpu: gpu, nodes: nodes, clock: clk, activated: act}
+	return &testEnv{p: p, fh: fh, kube: kube, gpu: gpu, nodes: nodes, clock: clk, activated: act, events: rec}
 }
 
 // recordingActivator records the pods the plugin sends back to the active queue.

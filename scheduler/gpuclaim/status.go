@@ -22,6 +22,13 @@ import (
 // subresource, only when it changes anything. It starts from the informer's copy (no read)
 // and re-reads from the API server only on a conflict.
 func (p *Plugin) writeClaimStatus(ctx context.Context, claim *apiv1.GpuClaim, mutate func(*apiv1.GpuClaimStatus)) error {
+	_, err := p.updateClaimStatus(ctx, claim, mutate)
+	return err
+}
+
+// updateClaimStatus is writeClaimStatus, and also reports whether it wrote.
+func (p *Plugin) updateClaimStatus(ctx context.Context, claim *apiv1.GpuClaim, mutate func(*apiv1.GpuClaimStatus)) (bool, error) {
+	wrote := false
 	claims := p.gpuClient.GpuV1().GpuClaims(claim.Namespace)
 	cur := claim
 	if c, err := p.claimLister.GpuClaims(claim.Namespace).Get(claim.Name); err == nil {
@@ -44,15 +51,16 @@ func (p *Plugin) writeClaimStatus(ctx context.Context, claim *apiv1.GpuClaim, mu
 			return nil
 		}
 		_, err := claims.UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: p.fieldManager})
+		wrote = err == nil
 		return err
 	})
 	if apierrors.IsNotFound(err) {
-		return nil // the claim is gone; nothing to record
+		return false, nil // the claim is gone; nothing to record
 	}
 	if err != nil {
-		return fmt.Errorf("updating status of GpuClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+		return false, fmt.Errorf("updating status of GpuClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
-	return nil
+	return wrote, nil
 }
 
 // statusWriter writes the claim statuses that the scheduling cycle decides (Pending with a
@@ -192,7 +200,7 @@ func (w *statusWriter) next(ctx context.Context) bool {
 		w.queue.Forget(key)
 		return true // the pod went away during its grace: there is nothing to explain
 	}
-	err := w.p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
+	wrote, err := w.p.updateClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
 		switch {
 		case s.alloc != nil:
 			setAllocation(st, apiv1.ClaimBound, s.pod, *s.alloc, s.msg)
@@ -220,7 +228,9 @@ func (w *statusWriter) next(ctx context.Context) bool {
 		return true
 	}
 	w.queue.Forget(key)
-	if rec := w.p.handle.EventRecorder(); rec != nil && s.reason != "Released" && s.alloc == nil && s.pod != nil && s.pod.Name != "" {
+	// The event goes with the write: a reason the claim no longer needs (its pod was placed
+	// during the grace) is not reported either.
+	if rec := w.p.handle.EventRecorder(); wrote && rec != nil && s.reason != "Released" && s.alloc == nil && s.pod != nil && s.pod.Name != "" {
 		rec.Eventf(s.claim, s.pod, v1.EventTypeWarning, s.reason, "Scheduling", s.msg)
 	}
 	return true

@@ -1,6 +1,7 @@
 package gpuclaim
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +119,13 @@ func TestPendingWaitsForItsGrace(t *testing.T) {
 	}
 	if c, _ := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "quick", metav1.GetOptions{}); c.Status.Phase != apiv1.ClaimBound {
 		t.Fatalf("claim quick is %s; the pending reason of its wait must not overwrite Bound", c.Status.Phase)
+	}
+	// The event goes with the write: slow's reason is reported, quick's is not.
+	var got []string
+	for len(e.events.Events) > 0 {
+		got = append(got, <-e.events.Events)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "Unschedulable") || !strings.Contains(got[0], "ns/slow") {
+		t.Fatalf("events %q, want one Unschedulable event for claim ns/slow", got)
 	}
 }
