@@ -108,6 +108,12 @@ type Result struct {
 	IslandPossible   int     `json:"islandPossible"`
 	IslandLocal      int     `json:"islandLocal"`
 	IslandLocalRatio float64 `json:"islandLocalRatio"`
+	// IslandMissAges are, for each multi-GPU pod placed across islands while an island fit
+	// it, how long the longest-free fitting island had had room for it when the pod was bound.
+	// The replay frees GPUs the instant a pod ended; a scheduler learns of it a little later,
+	// so a miss whose age is a few milliseconds is a placement made before the scheduler could
+	// know of the island, and one whose age is long is a placement that ignored it.
+	IslandMissAges []time.Duration `json:"islandMissAges,omitempty"`
 	// Contiguous multi-GPU pods got adjacent IDs (0,1,2 not 0,2,4).
 	Contiguous      int     `json:"contiguous"`
 	ContiguityRatio float64 `json:"contiguityRatio"`
@@ -235,6 +241,9 @@ type nodeState struct {
 	node    *Node
 	gpus    []gpuState
 	islands map[string][]int // island -> GPU IDs
+	// fitSince[island][k] is when the island last came to have at least k free GPUs (absent
+	// while it has fewer).
+	fitSince map[string]map[int]time.Duration
 }
 
 type replay struct {
@@ -247,6 +256,8 @@ type replay struct {
 	used    int
 	// islandFree[f] counts islands with exactly f free GPUs.
 	islandFree []int
+	// now is the time of the event being applied.
+	now time.Duration
 }
 
 func newReplay(in Input) *replay {
@@ -254,9 +265,15 @@ func newReplay(in Input) *replay {
 	maxIsland := 0
 	for i := range in.Nodes {
 		n := &in.Nodes[i]
-		ns := &nodeState{node: n, gpus: make([]gpuState, len(n.Islands)), islands: map[string][]int{}}
+		ns := &nodeState{node: n, gpus: make([]gpuState, len(n.Islands)), islands: map[string][]int{}, fitSince: map[string]map[int]time.Duration{}}
 		for id, isl := range n.Islands {
 			ns.islands[isl] = append(ns.islands[isl], id)
+		}
+		for isl, ids := range ns.islands {
+			ns.fitSince[isl] = map[int]time.Duration{}
+			for k := 1; k <= len(ids); k++ {
+				ns.fitSince[isl][k] = 0
+			}
 		}
 		for _, ids := range ns.islands {
 			maxIsland = max(maxIsland, len(ids))
@@ -314,6 +331,12 @@ func (rp *replay) change(ns *nodeState, id int, f func(g *gpuState)) {
 	after := ns.islandFreeCount(isl)
 	rp.islandFree[before]--
 	rp.islandFree[after]++
+	for k := before + 1; k <= after; k++ {
+		ns.fitSince[isl][k] = rp.now
+	}
+	for k := after + 1; k <= before; k++ {
+		delete(ns.fitSince[isl], k)
+	}
 	if isUsed := len(ns.gpus[id].holders) > 0; isUsed != wasUsed {
 		if isUsed {
 			rp.used++
@@ -321,6 +344,20 @@ func (rp *replay) change(ns *nodeState, id int, f func(g *gpuState)) {
 			rp.used--
 		}
 	}
+}
+
+// fitAge is how long the island that has had at least g free GPUs the longest has had them;
+// false when no island has.
+func (rp *replay) fitAge(g int) (time.Duration, bool) {
+	oldest, found := time.Duration(0), false
+	for _, name := range rp.order {
+		for _, since := range rp.nodes[name].fitSince {
+			if t, ok := since[g]; ok && (!found || t < oldest) {
+				oldest, found = t, true
+			}
+		}
+	}
+	return rp.now - oldest, found
 }
 
 // fitPossible: some node has an island with at least g free GPUs.
@@ -358,6 +395,7 @@ func (rp *replay) run(until time.Duration, r *Result) {
 }
 
 func (rp *replay) apply(ev event, r *Result) {
+	rp.now = ev.at
 	switch ev.kind {
 	case evHealth:
 		ns := rp.nodes[ev.hc.Node]
@@ -416,6 +454,8 @@ func (rp *replay) apply(ev event, r *Result) {
 				r.IslandPossible++
 				if local {
 					r.IslandLocal++
+				} else if age, ok := rp.fitAge(len(ids)); ok {
+					r.IslandMissAges = append(r.IslandMissAges, age)
 				}
 			}
 			if contiguous(ids) {

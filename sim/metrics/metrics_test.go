@@ -97,6 +97,34 @@ func TestIslandPossible(t *testing.T) {
 	}
 }
 
+// TestIslandMissAges: a pod placed across islands while one fit records how long that island
+// had had room: since its last holder ended, or since the start.
+func TestIslandMissAges(t *testing.T) {
+	ms := time.Millisecond
+	in := Input{
+		Nodes: []Node{pairs("n")},
+		Pods: []Pod{
+			// Every pair is held, p3 by a single GPU only; "early" leaves p0 free at 1 s.
+			ended(bound("early", 2, 0, 0, "n", 0, 1), 1*s),
+			bound("held1", 2, 0, 0, "n", 2, 3),
+			bound("held2", 2, 0, 0, "n", 4, 5),
+			bound("held3", 1, 0, 0, "n", 6),
+			// 10 ms later a pair is placed across p0 and p3 while p0 fit it.
+			bound("fresh", 2, 0, 1*s+10*ms, "n", 1, 7),
+		},
+		End: 5 * s,
+	}
+	r := Compute(in)
+	if len(r.IslandMissAges) != 1 || r.IslandMissAges[0] != 10*ms {
+		t.Fatalf("miss ages %v, want [10ms] (the pair p0 came free 10 ms before)", r.IslandMissAges)
+	}
+	// A pair free from the start and ignored: the miss is as old as the run.
+	in = Input{Nodes: []Node{pairs("n")}, Pods: []Pod{bound("cross", 2, 0, 3*s, "n", 1, 2)}, End: 5 * s}
+	if r = Compute(in); len(r.IslandMissAges) != 1 || r.IslandMissAges[0] != 3*s {
+		t.Fatalf("miss ages %v, want [3s]", r.IslandMissAges)
+	}
+}
+
 func TestReleaseAndShared(t *testing.T) {
 	in := Input{
 		Nodes: []Node{twoIsland("n")},
