@@ -22,6 +22,21 @@ func claimStatusWrites(e *testEnv) int {
 	return n
 }
 
+// writeBound writes the Bound status PostBind writes for pod on GPU 0 of node a, and waits
+// until the claim informer has it.
+func writeBound(t *testing.T, e *testEnv, claim *apiv1.GpuClaim, pod *v1.Pod) {
+	t.Helper()
+	if err := e.p.writeClaimStatus(t.Context(), claim, func(st *apiv1.GpuClaimStatus) {
+		setAllocation(st, apiv1.ClaimBound, pod, apiv1.Allocation{Node: "a", IDs: []int{0}}, "GPUs 0 on node a allocated to pod "+pod.Name)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, func() bool {
+		c, err := e.p.claimLister.GpuClaims(claim.Namespace).Get(claim.Name)
+		return err == nil && c.Status.Phase == apiv1.ClaimBound
+	})
+}
+
 func boundPod(name, claim, node string) *v1.Pod {
 	pod := gpuPod(name, claim)
 	pod.Spec.NodeName = node
@@ -43,17 +58,8 @@ func TestRepairWaitsForTheBindingCyclesOwnWrite(t *testing.T) {
 		t.Fatalf("%d claim status writes before the repair was due, want 0", n)
 	}
 
-	// PostBind's write, as the binding cycle makes it.
 	claim, _ := e.p.claimLister.GpuClaims("ns").Get("c")
-	if err := e.p.writeClaimStatus(t.Context(), claim, func(st *apiv1.GpuClaimStatus) {
-		setAllocation(st, apiv1.ClaimBound, pod, apiv1.Allocation{Node: "a", IDs: []int{0}}, "GPUs 0 on node a allocated to pod p")
-	}); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyTrue(t, func() bool {
-		c, err := e.p.claimLister.GpuClaims("ns").Get("c")
-		return err == nil && c.Status.Phase == apiv1.ClaimBound
-	})
+	writeBound(t, e, claim, pod)
 	// Past the repair's due time; the writer has nothing left to do.
 	time.Sleep(e.p.status.repairDelay)
 	eventuallyTrue(t, func() bool { return e.p.status.queue.Len() == 0 })
@@ -96,15 +102,7 @@ func TestPendingWaitsForItsGrace(t *testing.T) {
 	e.p.status.pending(quick, qp, "no node has 1 healthy free GPUs for GpuClaim ns/quick")
 	e.p.status.pending(slow, gpuPod("s", "slow"), "no node has 1 healthy free GPUs for GpuClaim ns/slow")
 	// The quick pod is placed within its grace: PostBind writes Bound.
-	if err := e.p.writeClaimStatus(t.Context(), quick, func(st *apiv1.GpuClaimStatus) {
-		setAllocation(st, apiv1.ClaimBound, qp, apiv1.Allocation{Node: "a", IDs: []int{0}}, "GPUs 0 on node a allocated to pod q")
-	}); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyTrue(t, func() bool {
-		c, _ := e.p.claimLister.GpuClaims("ns").Get("quick")
-		return c.Status.Phase == apiv1.ClaimBound
-	})
+	writeBound(t, e, quick, qp)
 	time.Sleep(200 * time.Millisecond)
 	if n := claimStatusWrites(e); n != 1 {
 		t.Fatalf("%d claim status writes within the grace, want 1 (quick's Bound)", n)
