@@ -63,7 +63,9 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("gpuclaimtemplate").
 		For(&corev1.Pod{}, builder.WithPredicates(templated)).
-		Owns(&apiv1.GpuClaim{}).
+		// Metadata only: owner references and deletions are all the controller reads of
+		// claims (claimMetadata).
+		Owns(&apiv1.GpuClaim{}, builder.OnlyMetadata).
 		Watches(&apiv1.GpuClaimTemplate{}, handler.EnqueueRequestsFromMapFunc(podsOfTemplate(mgr.GetClient()))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: n}).
 		Complete(r)

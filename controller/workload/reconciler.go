@@ -342,14 +342,17 @@ func (r *Reconciler) ensureClaims(ctx context.Context, gw *apiv1.GpuWorkload, re
 		if name == "" {
 			continue
 		}
-		var cur apiv1.GpuClaim
-		err := r.client.Get(ctx, crclient.ObjectKey{Namespace: p.Namespace, Name: name}, &cur)
+		// Metadata only, from the same metadata-only cache as the claim-template controller's
+		// (claimtemplate.SetupWithManager): who owns the claim is all this needs.
+		cur := &metav1.PartialObjectMetadata{}
+		cur.SetGroupVersionKind(apiv1.SchemeGroupVersion.WithKind("GpuClaim"))
+		err := r.client.Get(ctx, crclient.ObjectKey{Namespace: p.Namespace, Name: name}, cur)
 		if err == nil {
-			if metav1.IsControlledBy(&cur, p) {
+			if metav1.IsControlledBy(cur, p) {
 				continue
 			}
 			// The claim of an earlier pod of the same name, not yet collected: replace it.
-			if err := r.client.Delete(ctx, &cur, crclient.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			if err := r.client.Delete(ctx, cur, crclient.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return fmt.Errorf("deleting stale GpuClaim %s/%s: %w", cur.Namespace, cur.Name, err)
 			}
 			return fmt.Errorf("GpuClaim %s/%s belongs to an earlier pod; waiting for it to go", cur.Namespace, cur.Name)
