@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/controller/claimstest"
 )
 
 type env struct {
@@ -39,27 +40,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 	rec := events.NewFakeRecorder(10)
-	return &env{c: c, r: newReconciler(interceptor.NewClient(c, metadataOnlyClaims(t)), rec), events: rec}
-}
-
-// metadataOnlyClaims fails the test when the reconciler reads a GpuClaim as a whole object:
-// through the manager's cache that starts a full GpuClaim informer beside the metadata-only
-// one SetupWithManager asks for, and every claim in the cluster is decoded and kept twice.
-func metadataOnlyClaims(t *testing.T) interceptor.Funcs {
-	return interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if _, ok := obj.(*apiv1.GpuClaim); ok {
-				t.Errorf("the reconciler read GpuClaim %s as a whole object; it reads claims as metav1.PartialObjectMetadata", key)
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if _, ok := list.(*apiv1.GpuClaimList); ok {
-				t.Errorf("the reconciler listed GpuClaims as whole objects; it reads claims as metav1.PartialObjectMetadata")
-			}
-			return c.List(ctx, list, opts...)
-		},
-	}
+	return &env{c: c, r: newReconciler(interceptor.NewClient(c, claimstest.MetadataOnly(t)), rec), events: rec}
 }
 
 func (e *env) reconcile(t *testing.T, pod string) reconcile.Result {

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/controller/claimstest"
 )
 
 type testEnv struct {
@@ -58,28 +59,8 @@ func newEnvWith(t *testing.T, spec apiv1.GpuWorkloadSpec, funcs interceptor.Func
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(gw).WithStatusSubresource(&apiv1.GpuWorkload{}, &corev1.Pod{}).WithInterceptorFuncs(funcs).Build()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	rec := events.NewFakeRecorder(100)
-	r := newReconciler(interceptor.NewClient(c, metadataOnlyClaims(t)), c, rec, Options{Clock: clk, Jitter: func() float64 { return 0.5 }})
+	r := newReconciler(interceptor.NewClient(c, claimstest.MetadataOnly(t)), c, rec, Options{Clock: clk, Jitter: func() float64 { return 0.5 }})
 	return &testEnv{c: c, r: r, clock: clk, events: rec, key: types.NamespacedName{Namespace: "ns", Name: "train"}}
-}
-
-// metadataOnlyClaims fails the test when the reconciler reads a GpuClaim as a whole object
-// from its client (the manager's cache): that starts a full GpuClaim informer beside the
-// metadata-only one the claim-template controller asks for.
-func metadataOnlyClaims(t *testing.T) interceptor.Funcs {
-	return interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if _, ok := obj.(*apiv1.GpuClaim); ok {
-				t.Errorf("the reconciler read GpuClaim %s as a whole object; it reads claims as metav1.PartialObjectMetadata", key)
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if _, ok := list.(*apiv1.GpuClaimList); ok {
-				t.Errorf("the reconciler listed GpuClaims as whole objects; it reads claims as metav1.PartialObjectMetadata")
-			}
-			return c.List(ctx, list, opts...)
-		},
-	}
 }
 
 func (e *testEnv) reconcile(t *testing.T) reconcile.Result {
