@@ -80,7 +80,8 @@ type statusWriter struct {
 // repairDelay gives the binding cycle's own Bound write (PostBind) time to land and reach the
 // claim informer before a repair is judged. The pod's update (its binding) and the claim's
 // status update arrive on different informers in no set order: repairing at once sent a second
-// status write, or a conflicting one, for a third of the pods in quickstart.
+// status write, or a conflicting one, for most pods (quickstart: 907 claim-status writes for 400
+// pods, 572 with the delay).
 const repairDelay = 5 * time.Second
 
 // pendingGrace keeps short waits out of the claim's status. Most pods that are turned away
