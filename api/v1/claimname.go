@@ -66,3 +66,12 @@ func ClaimFromTemplate(pod *corev1.Pod, tmpl *GpuClaimTemplate) (*GpuClaim, erro
 		Spec: *tmpl.Spec.Spec.DeepCopy(),
 	}, nil
 }
+
+// ClaimMetadata is an empty GpuClaim metadata object to read a claim into from a metadata-only
+// cache (controller-runtime's builder.OnlyMetadata): the controllers need a claim's owner and
+// nothing else, and reading the whole claim would decode every claim's JSON in the cluster.
+func ClaimMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(SchemeGroupVersion.WithKind("GpuClaim"))
+	return m
+}

@@ -87,7 +87,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 
-	existing := claimMetadata()
+	existing := apiv1.ClaimMetadata() // its owner is all this reads; see setup.go
 	err = r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, existing)
 	switch {
 	case err == nil:
@@ -146,16 +146,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // scheduling). A bound pod whose claim was deleted by hand gets it made again here.
 func (r *Reconciler) schedulerMakesClaim(pod *corev1.Pod, tmpl *apiv1.GpuClaimTemplate) bool {
 	return pod.Spec.SchedulerName == r.schedulerName && pod.Spec.NodeName == "" && tmpl.Spec.Spec.GangRef == ""
-}
-
-// claimMetadata is what the controller reads of a GpuClaim: its metadata (does it exist, who
-// owns it), from a metadata-only cache. The whole claim would be decoded from JSON for every
-// event of every claim in the cluster, most of them made and updated by gpu-scheduler, and
-// kept in memory for nothing: the metadata comes as protobuf and is all the controller needs.
-func claimMetadata() *metav1.PartialObjectMetadata {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(apiv1.SchemeGroupVersion.WithKind("GpuClaim"))
-	return m
 }
 
 // controlledBy reports whether pod is the claim's controller owner.

@@ -344,8 +344,7 @@ func (r *Reconciler) ensureClaims(ctx context.Context, gw *apiv1.GpuWorkload, re
 		}
 		// Metadata only, from the same metadata-only cache as the claim-template controller's
 		// (claimtemplate.SetupWithManager): who owns the claim is all this needs.
-		cur := &metav1.PartialObjectMetadata{}
-		cur.SetGroupVersionKind(apiv1.SchemeGroupVersion.WithKind("GpuClaim"))
+		cur := apiv1.ClaimMetadata()
 		err := r.client.Get(ctx, crclient.ObjectKey{Namespace: p.Namespace, Name: name}, cur)
 		if err == nil {
 			if metav1.IsControlledBy(cur, p) {

@@ -270,13 +270,11 @@ func newReplay(in Input) *replay {
 			ns.islands[isl] = append(ns.islands[isl], id)
 		}
 		for isl, ids := range ns.islands {
+			maxIsland = max(maxIsland, len(ids))
 			ns.fitSince[isl] = map[int]time.Duration{}
 			for k := 1; k <= len(ids); k++ {
-				ns.fitSince[isl][k] = 0
+				ns.fitSince[isl][k] = 0 // free from the start
 			}
-		}
-		for _, ids := range ns.islands {
-			maxIsland = max(maxIsland, len(ids))
 		}
 		rp.nodes[n.Name] = ns
 		rp.order = append(rp.order, n.Name)
