@@ -331,18 +331,32 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 		name string
 		// seen: the lease informer shows the other pod's lease before PreBind; otherwise the
 		// lease exists only in the API server (its create fails) and the informer never sees it.
-		seen    bool
+		seen bool
+		// samePod: the lease names the very pod being scheduled, as a racing scheduler's
+		// attempt at it does.
+		samePod bool
 		want    string
 		creates int // creates of gpu-a-5 the plugin sends
+		// all is every lease create the plugin sends: a loss the informer shows costs none,
+		// not even for the pod's other GPU.
+		all int
 	}{
-		{name: "seen in the informer", seen: true, want: "GPU 5 on node a (lease gpu-a-5, seen in the informer): GPU lease held by another pod", creates: 0},
-		{name: "not seen yet", seen: false, want: "GPU 5 on node a (lease gpu-a-5): GPU lease held by another pod", creates: 1},
+		{name: "seen in the informer", seen: true, want: "GPU 5 on node a (lease gpu-a-5, seen in the informer): GPU lease held by another pod", creates: 0, all: 0},
+		{name: "seen, held by another attempt at the same pod", seen: true, samePod: true, want: "GPU 5 on node a (lease gpu-a-5, seen in the informer, taken by another attempt at this pod): GPU lease held by another pod", creates: 0, all: 0},
+		{name: "not seen yet", seen: false, want: "GPU 5 on node a (lease gpu-a-5): GPU lease held by another pod", creates: 1, all: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEnv(t, []*v1.Node{node("a", nil)},
 				claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
+			pod := gpuPod("p", "two")
 			if tc.seen {
-				if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), heldByOther, metav1.CreateOptions{}); err != nil {
+				held := heldByOther.DeepCopy()
+				if tc.samePod {
+					held.Spec.HolderIdentity = ptrTo(string(pod.UID))
+					held.Labels = map[string]string{apiv1.LabelLeaseNode: "a", apiv1.LabelLeaseGPU: "5"}
+					held.CreationTimestamp = metav1.NewTime(e.p.clock.Now()) // a recent attempt, not a leftover
+				}
+				if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), held, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 				eventuallyTrue(t, func() bool { _, err := e.p.leaseLister.Leases("gpu-scheduler").Get("gpu-a-5"); return err == nil })
@@ -360,27 +374,31 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 					return false, nil, nil
 				})
 			}
-			pod := gpuPod("p", "two")
 			_, st, _ := e.schedule(t, pod)
 			// An error, so the pod is retried after backoff rather than waiting for an event.
 			if st == nil || st.Code() != fwk.Error || !strings.Contains(st.Message(), tc.want) {
 				t.Fatalf("status %v, want a lost lease race: %s", st, tc.want)
 			}
-			creates := 0
+			creates, all := 0, 0
 			for _, a := range e.kube.Actions() {
 				if c, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "leases" {
-					if l := c.GetObject().(*coordinationv1.Lease); l.Name == "gpu-a-5" && *l.Spec.HolderIdentity != other {
+					l := c.GetObject().(*coordinationv1.Lease)
+					if tc.seen && all == 0 && l.Name == "gpu-a-5" {
+						continue // the test's own create of the held lease
+					}
+					all++
+					if l.Name == "gpu-a-5" {
 						creates++
 					}
 				}
 			}
-			if creates != tc.creates {
-				t.Fatalf("the plugin sent %d creates of lease gpu-a-5, want %d", creates, tc.creates)
+			if creates != tc.creates || all != tc.all {
+				t.Fatalf("the plugin sent %d creates of lease gpu-a-5 and %d in all, want %d and %d", creates, all, tc.creates, tc.all)
 			}
-			// Unreserve released what this attempt created and left the other pod's lease alone.
+			// Unreserve released what this attempt created and left the held lease alone.
 			leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
 			for _, l := range leases.Items {
-				if l.Name != "gpu-a-5" || *l.Spec.HolderIdentity != other {
+				if l.Name != "gpu-a-5" || (*l.Spec.HolderIdentity != other && !tc.samePod) {
 					t.Fatalf("lease %s held by %s left after the lost race", l.Name, *l.Spec.HolderIdentity)
 				}
 			}
