@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -279,5 +280,45 @@ func TestLeavesItsSchedulersPodsToTheScheduler(t *testing.T) {
 	e.reconcile(t, "bound")
 	if _, ok := e.claim(t, "bound-x1"); !ok {
 		t.Error("no claim made again for a bound pod")
+	}
+}
+
+// TestPodEventsDropUpdatesThatChangeNothing: only a pod's appearance and changes of its claim
+// annotations reach Reconcile. Its binding, above all, must not: the controller then raced the
+// scheduler's own create of the claim.
+func TestPodEventsDropUpdatesThatChangeNothing(t *testing.T) {
+	r := newReconciler(nil, nil)
+	ours := pod("p", "x1")
+	ours.Spec.SchedulerName = apiv1.SchedulerName
+	bound := ours.DeepCopy()
+	bound.Spec.NodeName = "node-a"
+	bound.Status.Phase = corev1.PodRunning
+	renamed := ours.DeepCopy()
+	renamed.Annotations[apiv1.AnnotationClaimTemplate] = "x8"
+	named := ours.DeepCopy()
+	named.Annotations[apiv1.AnnotationClaim] = "mine"
+	plain := ours.DeepCopy()
+	plain.Annotations = nil
+	others := pod("q", "x1")
+	others.Spec.SchedulerName = "another-scheduler"
+	f := r.podEvents()
+	for _, tc := range []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"a templated pod of ours appears", f.Create(event.CreateEvent{Object: ours}), true},
+		{"a templated pod of another release appears", f.Create(event.CreateEvent{Object: others}), false},
+		{"a pod without a template appears", f.Create(event.CreateEvent{Object: plain}), false},
+		{"the pod is bound and runs", f.Update(event.UpdateEvent{ObjectOld: ours, ObjectNew: bound}), false},
+		{"the pod names another template", f.Update(event.UpdateEvent{ObjectOld: ours, ObjectNew: renamed}), true},
+		{"the pod names a claim of its own", f.Update(event.UpdateEvent{ObjectOld: ours, ObjectNew: named}), true},
+		{"a template annotation is added", f.Update(event.UpdateEvent{ObjectOld: plain, ObjectNew: ours}), true},
+		{"the pod is deleted", f.Delete(event.DeleteEvent{Object: bound}), false},
+		{"the pod is listed again", f.Generic(event.GenericEvent{Object: ours}), true},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: let through = %v, want %v", tc.name, tc.got, tc.want)
+		}
 	}
 }
