@@ -322,3 +322,25 @@ func TestPodEventsDropUpdatesThatChangeNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimEventsOnlyDeletions: of the events of the claims the controller owns through their
+// pods, only a deletion can give Reconcile something to do.
+func TestClaimEventsOnlyDeletions(t *testing.T) {
+	c := &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-x1"}}
+	bound := c.DeepCopy()
+	bound.Status.Phase = apiv1.ClaimBound
+	for _, tc := range []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"made", claimGone.Create(event.CreateEvent{Object: c}), false},
+		{"its status written", claimGone.Update(event.UpdateEvent{ObjectOld: c, ObjectNew: bound}), false},
+		{"deleted", claimGone.Delete(event.DeleteEvent{Object: bound}), true},
+		{"listed again", claimGone.Generic(event.GenericEvent{Object: c}), true},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("a claim %s: let through = %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+}

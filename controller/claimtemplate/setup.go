@@ -61,7 +61,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		For(&corev1.Pod{}, builder.WithPredicates(r.podEvents())).
 		// Metadata only: owner references and deletions are all the controller reads of
 		// claims (claimMetadata).
-		Owns(&apiv1.GpuClaim{}, builder.OnlyMetadata).
+		Owns(&apiv1.GpuClaim{}, builder.OnlyMetadata, builder.WithPredicates(claimGone)).
 		Watches(&apiv1.GpuClaimTemplate{}, handler.EnqueueRequestsFromMapFunc(podsOfTemplate(mgr.GetClient()))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: n}).
 		Complete(r)
@@ -99,6 +99,17 @@ func (r *Reconciler) podEvents() predicate.Funcs {
 				o[apiv1.AnnotationClaim] != n[apiv1.AnnotationClaim] || !named(e.ObjectOld)
 		},
 	}
+}
+
+// claimGone lets through only the deletion of a claim (and a relist): a claim's creation and its
+// status writes, two per templated pod, cannot change what Reconcile does for the pod that
+// owns it, whereas a claim deleted from under its pod is made again, and the delete of an
+// earlier pod's claim of the same name lets the new pod's claim be made.
+var claimGone = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return true },
 }
 
 // podsOfTemplate maps a template to the pods that name it and have no claim of their own.
