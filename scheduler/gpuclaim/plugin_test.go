@@ -81,7 +81,8 @@ func newTestEnvArgs(t *testing.T, args *Args, nodes []*v1.Node, objs ...runtime.
 		var err error
 		p, err = newPlugin(ctx, obj, h, gpu, clk)
 		if p != nil {
-			p.status.pendingGrace = 0 // tests read the reason at once; TestPendingWaitsForItsGrace sets one
+			p.status.pendingGrace = 0  // tests read the reason at once; TestPendingWaitsForItsGrace sets one
+			p.status.releaseSpread = 0 // likewise; TestReleaseLeftToAnotherScheduler sets one
 		}
 		return p, err
 	}}

@@ -3,6 +3,7 @@ package gpuclaim
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -75,6 +76,10 @@ type statusWriter struct {
 	repairDelay time.Duration
 	// pendingGrace is how long a pod waits before its claim's status says why; see pending.
 	pendingGrace time.Duration
+	// releaseSpread bounds the random wait before a Released status is written; see released.
+	releaseSpread time.Duration
+	// randWait picks that wait in [0, n); tests fix it.
+	randWait func(n time.Duration) time.Duration
 }
 
 // repairDelay gives the binding cycle's own Bound write (PostBind) time to land and reach the
@@ -91,6 +96,14 @@ const repairDelay = 5 * time.Second
 // claim says it once the wait lasts.
 const pendingGrace = 5 * time.Second
 
+// releaseSpread spreads the Released writes of schedulers that all saw the same pod go. Every
+// scheduler running without leader election releases every pod that ends; writing at once, all
+// but the first sent a status update that failed on a conflict (lease-race: ~100 of 500
+// claim-status writes). Each waits a random time up to releaseSpread and judges the write on
+// its claim informer's copy then, so that a claim another scheduler has reset costs it nothing.
+// A lone scheduler only shows the claim Pending up to a second later; the GPUs are free at once.
+const releaseSpread = time.Second
+
 type statusWish struct {
 	claim  *apiv1.GpuClaim
 	pod    *v1.Pod
@@ -102,11 +115,13 @@ type statusWish struct {
 
 func newStatusWriter(p *Plugin) *statusWriter {
 	return &statusWriter{
-		p:            p,
-		queue:        workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		wish:         map[string]statusWish{},
-		repairDelay:  repairDelay,
-		pendingGrace: pendingGrace,
+		p:             p,
+		queue:         workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		wish:          map[string]statusWish{},
+		repairDelay:   repairDelay,
+		pendingGrace:  pendingGrace,
+		releaseSpread: releaseSpread,
+		randWait:      rand.N[time.Duration],
 	}
 }
 
@@ -131,9 +146,14 @@ func (w *statusWriter) failed(claim *apiv1.GpuClaim, pod *v1.Pod, msg string) {
 	w.put(statusWish{claim: claim, pod: pod, phase: apiv1.ClaimFailed, reason: "InvalidClaim", msg: msg})
 }
 
-// released returns a claim to Pending after its pod went away.
+// released returns a claim to Pending after its pod went away, after a random wait of up to
+// releaseSpread (see there).
 func (w *statusWriter) released(claim *apiv1.GpuClaim, uid types.UID, msg string) {
-	w.put(statusWish{claim: claim, phase: apiv1.ClaimPending, reason: "Released", msg: msg, pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}}})
+	var wait time.Duration
+	if w.releaseSpread > 0 {
+		wait = w.randWait(w.releaseSpread)
+	}
+	w.putAfter(statusWish{claim: claim, phase: apiv1.ClaimPending, reason: "Released", msg: msg, pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}}}, wait)
 }
 
 // bound repairs the status of a claim whose pod is bound with an allocation the status does
@@ -150,12 +170,15 @@ func (w *statusWriter) bound(claim *apiv1.GpuClaim, pod *v1.Pod, a apiv1.Allocat
 
 func (w *statusWriter) put(s statusWish) { w.putAfter(s, 0) }
 
-// putAfter records s as the claim's latest wish and queues it to be written after delay. A
-// repair never replaces a release: the pod went away after it was bound.
+// putAfter records s as the claim's latest wish and queues it to be written after delay. No
+// other wish replaces a release still waiting to be written: a repair is for the pod that went
+// away after it was bound, and a reason for the claim's next pod, made while the release waits,
+// would otherwise be judged on a status that still names the pod gone (and be dropped with the
+// release); that pod's next attempt makes its reason again.
 func (w *statusWriter) putAfter(s statusWish, delay time.Duration) {
 	key := claimKey(s.claim.Namespace, s.claim.Name)
 	w.mu.Lock()
-	if old, ok := w.wish[key]; ok && s.reason == "Repaired" && old.reason == "Released" {
+	if old, ok := w.wish[key]; ok && old.reason == "Released" && s.reason != "Released" {
 		w.mu.Unlock()
 		return
 	}

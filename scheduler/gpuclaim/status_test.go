@@ -127,3 +127,52 @@ func TestPendingWaitsForItsGrace(t *testing.T) {
 		t.Fatalf("events %q, want one Unschedulable event for claim ns/slow", got)
 	}
 }
+
+// With several schedulers (no leader election) each one releases every pod that ends. The
+// release waits a random time, and a claim that another scheduler has reset meanwhile costs
+// this one no status write.
+func TestReleaseLeftToAnotherScheduler(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e.p.status.releaseSpread = 400 * time.Millisecond
+	e.p.status.randWait = func(n time.Duration) time.Duration { return n - time.Millisecond }
+	eventuallyTrue(t, func() bool { _, err := e.p.claimLister.GpuClaims("ns").Get("c"); return err == nil })
+	claim, _ := e.p.claimLister.GpuClaims("ns").Get("c")
+	pod := boundPod("p", "c", "a")
+	writeBound(t, e, claim, pod)
+	claim, _ = e.p.claimLister.GpuClaims("ns").Get("c")
+
+	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod")
+	// Another scheduler resets the claim first, and this one's informer sees it.
+	other := claim.DeepCopy()
+	other.Status = apiv1.GpuClaimStatus{Phase: apiv1.ClaimPending, Message: "pod p went away; the claim is free for another pod"}
+	if _, err := e.gpu.GpuV1().GpuClaims("ns").UpdateStatus(t.Context(), other, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, func() bool {
+		c, err := e.p.claimLister.GpuClaims("ns").Get("c")
+		return err == nil && c.Status.PodUID == ""
+	})
+	time.Sleep(e.p.status.releaseSpread + 100*time.Millisecond)
+	eventuallyTrue(t, func() bool { return e.p.status.queue.Len() == 0 })
+	if n := claimStatusWrites(e); n != 2 {
+		t.Fatalf("%d claim status writes, want 2 (the Bound, the other scheduler's reset): the release had nothing left to write", n)
+	}
+
+	// Alone, the scheduler writes the release once its wait is over.
+	writeBound(t, e, claim, pod)
+	claim, _ = e.p.claimLister.GpuClaims("ns").Get("c")
+	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod")
+	eventuallyTrue(t, func() bool {
+		c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "c", metav1.GetOptions{})
+		return err == nil && c.Status.PodUID == "" && c.Status.Phase == apiv1.ClaimPending
+	})
+	// A reason for the claim's next pod, made while the release waits, does not replace it.
+	writeBound(t, e, claim, pod)
+	claim, _ = e.p.claimLister.GpuClaims("ns").Get("c")
+	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod")
+	e.p.status.pending(claim, gpuPod("next", "c"), "no node has 1 healthy free GPUs for GpuClaim ns/c")
+	eventuallyTrue(t, func() bool {
+		c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "c", metav1.GetOptions{})
+		return err == nil && c.Status.PodUID == "" && c.Status.Phase == apiv1.ClaimPending
+	})
+}
