@@ -92,9 +92,10 @@ func (p *Plugin) release(ctx context.Context, ref podRef) error {
 		}
 		metrics.LeasesReleased.Inc()
 	}
+	mine := p.status.takeBound(ref.UID)
 	if ref.Claim != "" {
 		if claim, err := p.claimLister.GpuClaims(ref.Namespace).Get(ref.Claim); err == nil && claim.Status.PodUID == string(ref.UID) {
-			p.status.released(claim, ref.UID, fmt.Sprintf("pod %s went away; the claim is free for another pod", ref.Name))
+			p.status.released(claim, ref.UID, fmt.Sprintf("pod %s went away; the claim is free for another pod", ref.Name), mine)
 		}
 	}
 	return nil

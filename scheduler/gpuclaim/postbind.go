@@ -35,6 +35,7 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 			metrics.IslandLocalAllocations.Inc()
 		}
 	}
+	p.status.boundByMe(pod.UID)
 	p.releaseStale(ctx, pod, s.leases)
 	alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
 	msg := fmt.Sprintf("GPUs %s on node %s allocated to pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name)

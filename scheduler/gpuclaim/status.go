@@ -80,6 +80,8 @@ type statusWriter struct {
 	releaseSpread time.Duration
 	// randWait picks that wait in [0, n); tests fix it.
 	randWait func(n time.Duration) time.Duration
+	// boundHere holds the pods this scheduler bound and has not released yet; see released.
+	boundHere map[types.UID]bool
 }
 
 // repairDelay gives the binding cycle's own Bound write (PostBind) time to land and reach the
@@ -99,9 +101,10 @@ const pendingGrace = 5 * time.Second
 // releaseSpread spreads the Released writes of schedulers that all saw the same pod go. Every
 // scheduler running without leader election releases every pod that ends; writing at once, all
 // but the first sent a status update that failed on a conflict (lease-race: ~100 of 500
-// claim-status writes). Each waits a random time up to releaseSpread and judges the write on
-// its claim informer's copy then, so that a claim another scheduler has reset costs it nothing.
-// A lone scheduler only shows the claim Pending up to a second later; the GPUs are free at once.
+// claim-status writes). The scheduler that bound the pod writes at once; any other waits a
+// random time up to releaseSpread and judges the write on its claim informer's copy then, so
+// that a claim the binder has reset costs it nothing. A lone scheduler bound its pods itself
+// (or, just restarted, its previous run did: those claims show Pending up to a second later).
 const releaseSpread = time.Second
 
 type statusWish struct {
@@ -122,6 +125,7 @@ func newStatusWriter(p *Plugin) *statusWriter {
 		pendingGrace:  pendingGrace,
 		releaseSpread: releaseSpread,
 		randWait:      rand.N[time.Duration],
+		boundHere:     map[types.UID]bool{},
 	}
 }
 
@@ -146,11 +150,28 @@ func (w *statusWriter) failed(claim *apiv1.GpuClaim, pod *v1.Pod, msg string) {
 	w.put(statusWish{claim: claim, pod: pod, phase: apiv1.ClaimFailed, reason: "InvalidClaim", msg: msg})
 }
 
-// released returns a claim to Pending after its pod went away, after a random wait of up to
-// releaseSpread (see there).
-func (w *statusWriter) released(claim *apiv1.GpuClaim, uid types.UID, msg string) {
+// boundByMe records that this scheduler bound pod uid, so that it writes the pod's release at
+// once (see releaseSpread).
+func (w *statusWriter) boundByMe(uid types.UID) {
+	w.mu.Lock()
+	w.boundHere[uid] = true
+	w.mu.Unlock()
+}
+
+// takeBound reports whether this scheduler bound pod uid, and forgets it: the pod is gone.
+func (w *statusWriter) takeBound(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	mine := w.boundHere[uid]
+	delete(w.boundHere, uid)
+	return mine
+}
+
+// released returns a claim to Pending after its pod went away: at once when this scheduler
+// bound the pod (mine), otherwise after a random wait of up to releaseSpread (see there).
+func (w *statusWriter) released(claim *apiv1.GpuClaim, uid types.UID, msg string, mine bool) {
 	var wait time.Duration
-	if w.releaseSpread > 0 {
+	if !mine && w.releaseSpread > 0 {
 		wait = w.randWait(w.releaseSpread)
 	}
 	w.putAfter(statusWish{claim: claim, phase: apiv1.ClaimPending, reason: "Released", msg: msg, pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}}}, wait)

@@ -141,7 +141,7 @@ func TestReleaseLeftToAnotherScheduler(t *testing.T) {
 	writeBound(t, e, claim, pod)
 	claim, _ = e.p.claimLister.GpuClaims("ns").Get("c")
 
-	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod")
+	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod", false)
 	// Another scheduler resets the claim first, and this one's informer sees it.
 	other := claim.DeepCopy()
 	other.Status = apiv1.GpuClaimStatus{Phase: apiv1.ClaimPending, Message: "pod p went away; the claim is free for another pod"}
@@ -161,7 +161,7 @@ func TestReleaseLeftToAnotherScheduler(t *testing.T) {
 	// Alone, the scheduler writes the release once its wait is over.
 	writeBound(t, e, claim, pod)
 	claim, _ = e.p.claimLister.GpuClaims("ns").Get("c")
-	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod")
+	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod", false)
 	eventuallyTrue(t, func() bool {
 		c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "c", metav1.GetOptions{})
 		return err == nil && c.Status.PodUID == "" && c.Status.Phase == apiv1.ClaimPending
@@ -169,8 +169,29 @@ func TestReleaseLeftToAnotherScheduler(t *testing.T) {
 	// A reason for the claim's next pod, made while the release waits, does not replace it.
 	writeBound(t, e, claim, pod)
 	claim, _ = e.p.claimLister.GpuClaims("ns").Get("c")
-	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod")
+	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod", false)
 	e.p.status.pending(claim, gpuPod("next", "c"), "no node has 1 healthy free GPUs for GpuClaim ns/c")
+	eventuallyTrue(t, func() bool {
+		c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "c", metav1.GetOptions{})
+		return err == nil && c.Status.PodUID == "" && c.Status.Phase == apiv1.ClaimPending
+	})
+}
+
+// The scheduler that bound a pod writes its release at once, whatever the spread: a claim must
+// not keep naming GPUs that its pod gave up and another pod may hold already.
+func TestReleaseOfOwnBindingIsNotDelayed(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e.p.status.releaseSpread = time.Minute
+	e.p.status.randWait = func(n time.Duration) time.Duration { return n - time.Millisecond }
+	pod := gpuPod("p", "c")
+	if _, st, _ := e.schedule(t, pod); st != nil {
+		t.Fatal(st)
+	}
+	eventuallyTrue(t, func() bool {
+		c, err := e.p.claimLister.GpuClaims("ns").Get("c")
+		return err == nil && c.Status.Phase == apiv1.ClaimBound
+	})
+	e.p.podGone(pod)
 	eventuallyTrue(t, func() bool {
 		c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "c", metav1.GetOptions{})
 		return err == nil && c.Status.PodUID == "" && c.Status.Phase == apiv1.ClaimPending
