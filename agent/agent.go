@@ -196,7 +196,7 @@ func New(cfg Config) (*Agent, error) {
 		health: health.NewTracker(cfg.Clock, cfg.RecoveryQuietPeriod),
 		writer: status.NewWriter(status.Config{
 			Node: cfg.NodeName, GPUClient: cfg.GPUClient, KubeClient: cfg.KubeClient, Clock: cfg.Clock,
-			Heartbeat: cfg.HeartbeatInterval, MinInterval: cfg.MinWriteInterval,
+			Heartbeat: cfg.HeartbeatInterval, SpreadFirstHeartbeat: true, MinInterval: cfg.MinWriteInterval,
 			UsageInterval: cfg.UsageWriteInterval, TelemetryInterval: telemetryWriteInterval(cfg.TelemetryWritesPerMinute),
 			Limiter:       cfg.WriteLimiter,
 			SchedulerName: cfg.SchedulerName, TakeoverAfter: cfg.TakeoverAfter,

@@ -130,6 +130,14 @@ type Config struct {
 	// Heartbeat is the longest time between two writes. Each node writes a little earlier
 	// (up to 20%, fixed per node) so that a fleet started at once does not beat in step.
 	Heartbeat time.Duration
+	// SpreadFirstHeartbeat makes the first heartbeat after the writer starts come after a
+	// fraction of Heartbeat fixed per node, anywhere in (0, Heartbeat], instead of a whole
+	// interval after the first write. Agents started together (a DaemonSet rollout, the
+	// simulator's fleet) then beat spread over the whole interval from their second beat on,
+	// as agents started at different times do, rather than all within its last fifth: at
+	// 5,000 nodes that was 5,000 GpuNodeStatus writes in ~36 s every 3 minutes, landing in
+	// whichever measured run happened to span them (docs/benchmarks.md, session 6).
+	SpreadFirstHeartbeat bool
 	// MinInterval is the shortest time between two status writes: changes that come in a
 	// burst (a pod's leases) are written together.
 	MinInterval time.Duration
@@ -178,6 +186,11 @@ func (e *OwnedError) Error() string {
 type Writer struct {
 	cfg       Config
 	heartbeat time.Duration
+	// firstFrac is the fraction of Heartbeat after the writer's first write at which its next
+	// heartbeat comes (SpreadFirstHeartbeat); zero once that write is done, or when not spread.
+	firstFrac float64
+	// firstBeat is when that heartbeat is due, set by the first write; zero once it is written.
+	firstBeat time.Time
 	last      *apiv1.GpuNodeStatus // as last read or written; nil until loaded
 	lastWrite time.Time
 	// labelsFrom is the node resourceVersion the last label patch was computed from: while the
@@ -198,8 +211,14 @@ func NewWriter(cfg Config) *Writer {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(cfg.Node))
-	early := time.Duration(float64(cfg.Heartbeat) * 0.2 * float64(h.Sum32()%1000) / 1000)
-	return &Writer{cfg: cfg, heartbeat: cfg.Heartbeat - early}
+	sum := h.Sum32()
+	early := time.Duration(float64(cfg.Heartbeat) * 0.2 * float64(sum%1000) / 1000)
+	w := &Writer{cfg: cfg, heartbeat: cfg.Heartbeat - early}
+	if cfg.SpreadFirstHeartbeat {
+		// Another part of the hash than the one for early, so the two are independent.
+		w.firstFrac = float64((sum/1000)%1000+1) / 1000
+	}
+	return w
 }
 
 // HeartbeatInterval is this node's heartbeat interval, after its fixed jitter.
@@ -230,7 +249,7 @@ func (w *Writer) Due(want apiv1.GpuNodeStatusStatus) time.Time {
 		return w.lastWrite.Add(w.cfg.MinInterval)
 	}
 	last := &w.last.Status
-	heartbeat := last.LastHeartbeatTime.Add(w.heartbeat)
+	heartbeat := w.nextHeartbeat(last.LastHeartbeatTime.Time)
 	if last.Free != want.Free || !devicesEqual(last.Devices, want.Devices, true) {
 		// Never later than the heartbeat: with UsageInterval at the heartbeat interval, usage
 		// rides along with the heartbeat (and with any health write before it).
@@ -252,6 +271,16 @@ func (w *Writer) Due(want apiv1.GpuNodeStatusStatus) time.Time {
 	return heartbeat
 }
 
+// nextHeartbeat is when the heartbeat after one at last is due: the writer's interval later, or
+// its spread first beat if that is not written yet and comes sooner.
+func (w *Writer) nextHeartbeat(last time.Time) time.Time {
+	due := last.Add(w.heartbeat)
+	if !w.firstBeat.IsZero() && w.firstBeat.Before(due) {
+		return w.firstBeat
+	}
+	return due
+}
+
 // telemetryOnly tells whether want differs from what was written only in telemetry, with no
 // heartbeat due: a write the shared limiter may refuse.
 func (w *Writer) telemetryOnly(want apiv1.GpuNodeStatusStatus, now time.Time) bool {
@@ -260,7 +289,7 @@ func (w *Writer) telemetryOnly(want apiv1.GpuNodeStatusStatus, now time.Time) bo
 	}
 	last := &w.last.Status
 	return last.Free == want.Free && devicesEqual(last.Devices, want.Devices, true) &&
-		now.Before(last.LastHeartbeatTime.Add(w.heartbeat))
+		now.Before(w.nextHeartbeat(last.LastHeartbeatTime.Time))
 }
 
 // Sync writes want when it changed or a heartbeat is due and MinInterval has passed. node
@@ -327,6 +356,13 @@ func (w *Writer) Sync(ctx context.Context, node *corev1.Node, want apiv1.GpuNode
 	}
 	metrics.StatusWrites.WithLabelValues("updated").Inc()
 	w.last, w.lastWrite = updated, now
+	// The write after the first one is the spread heartbeat (or came before it): from then on
+	// the interval alone sets the beat.
+	w.firstBeat = time.Time{}
+	if w.firstFrac > 0 {
+		w.firstBeat = now.Add(time.Duration(float64(w.cfg.Heartbeat) * w.firstFrac))
+		w.firstFrac = 0
+	}
 	return true, nil
 }
 

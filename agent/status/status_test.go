@@ -3,6 +3,7 @@ package status_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -475,5 +477,48 @@ func TestWriterClaimsAnUnlabelledStatus(t *testing.T) {
 	}
 	if gns.Labels[apiv1.LabelSchedulerName] != apiv1.SchedulerName || gns.Status.Message != "new" {
 		t.Errorf("status labels %v message %q; want %s=%s and the new message", gns.Labels, gns.Status.Message, apiv1.LabelSchedulerName, apiv1.SchedulerName)
+	}
+}
+
+// TestFirstHeartbeatSpread: agents started together beat spread over the whole interval from
+// their first heartbeat on, not all within its last fifth; after that first beat each keeps
+// its own interval.
+func TestFirstHeartbeatSpread(t *testing.T) {
+	const interval = 3 * time.Minute
+	start := time.Unix(1_000_000, 0)
+	var quarters [4]int
+	for i := range 1000 {
+		clk := clocktesting.NewFakePassiveClock(start)
+		name := fmt.Sprintf("node-%04d", i)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}}
+		w := status.NewWriter(status.Config{
+			Node: name, GPUClient: gpufake.NewSimpleClientset(), KubeClient: fake.NewSimpleClientset(node), Clock: clk,
+			Heartbeat: interval, SpreadFirstHeartbeat: true, MinInterval: -1,
+		})
+		written := status.Summarize([]apiv1.Device{{ID: 0, Health: apiv1.Healthy}}, "")
+		if ok, err := w.Sync(context.Background(), node, written); err != nil || !ok {
+			t.Fatalf("%s: first Sync wrote %v, %v", name, ok, err)
+		}
+		first := w.Due(written)
+		if !first.After(start) || first.After(start.Add(interval)) {
+			t.Fatalf("%s: first heartbeat at +%s, want within (0, %s]", name, first.Sub(start), interval)
+		}
+		quarters[int(first.Sub(start)*4/interval)%4]++
+		if i%100 != 0 {
+			continue
+		}
+		// The first beat is written when due, and the next comes a whole interval later.
+		clk.SetTime(first)
+		if ok, err := w.Sync(context.Background(), node, written); err != nil || !ok {
+			t.Fatalf("%s: first heartbeat not written when due: %v, %v", name, ok, err)
+		}
+		if next := w.Due(written); !next.Equal(first.Add(w.HeartbeatInterval())) {
+			t.Fatalf("%s: heartbeat after the first at +%s, want +%s", name, next.Sub(first), w.HeartbeatInterval())
+		}
+	}
+	for q, n := range quarters {
+		if n < 150 || n > 350 {
+			t.Errorf("%d of 1000 first heartbeats in quarter %d of the interval, want about 250 in each: %v", n, q+1, quarters)
+		}
 	}
 }
