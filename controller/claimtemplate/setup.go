@@ -95,8 +95,9 @@ func (r *Reconciler) podEvents() predicate.Funcs {
 				return false
 			}
 			o, n := e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()
+			// A template annotation added to the pod shows here too: its value changed from "".
 			return o[apiv1.AnnotationClaimTemplate] != n[apiv1.AnnotationClaimTemplate] ||
-				o[apiv1.AnnotationClaim] != n[apiv1.AnnotationClaim] || !named(e.ObjectOld)
+				o[apiv1.AnnotationClaim] != n[apiv1.AnnotationClaim]
 		},
 	}
 }
