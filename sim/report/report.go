@@ -94,6 +94,9 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 		if pre.Metrics.Throughput > 0 {
 			r.Ratios["throughputVsPremadeFromCreate"] = bare.Metrics.Throughput / pre.Metrics.Throughput
 		}
+		if c, _, ok := createCeiling(pre); ok {
+			r.Ratios["throughputVsPremadeCeiling"] = c
+		}
 	}
 	if pre != nil && ours != nil {
 		// Informational: the Jobs and Deployments through templates against the pre-made bare
@@ -290,6 +293,16 @@ func (r *Report) rows() [][]string {
 				}
 				return fmt.Sprintf("%.2f (from the templates)", x.ClaimCreatesPerPod)
 			}},
+			{"CPU of one GpuClaim create, measured on the claims made before the clock: all / kube-apiserver", func(x *runner.RunResult) string {
+				if len(x.ClaimCreateCPU) == 0 {
+					return "-"
+				}
+				var all float64
+				for _, v := range x.ClaimCreateCPU {
+					all += v
+				}
+				return fmt.Sprintf("%.2f ms / %.2f ms", 1000*all, 1000*x.ClaimCreateCPU[cluster.ComponentAPIServer])
+			}},
 			{"controller create -> pod made, p50 / p99", func(x *runner.RunResult) string {
 				if x.Mode == runner.ModePremade || x.Mode == runner.ModeTemplatedBare {
 					return "- (bare pods)"
@@ -460,6 +473,13 @@ func (r *Report) ratioLines() []string {
 	if v, ok := r.Ratios["throughputVsPremade"]; ok {
 		lines = append(lines, fmt.Sprintf("throughput with claim templates / with pre-made claims, the same bare pods: %.2fx from the first pod made, %.2fx from the first pod created", v, r.Ratios["throughputVsPremadeFromCreate"]))
 	}
+	if pre := r.Run(runner.ModePremade); pre != nil {
+		if c, per, ok := createCeiling(pre); ok {
+			lines = append(lines, fmt.Sprintf("ceiling of that ratio while the runs are CPU-bound: %.2fx, from the pre-made run's %.1f ms of CPU per bound pod and %.2f ms for the GpuClaim create a templated pod adds (kube-apiserver %.2f, etcd %.2f; measured on the %d claims made before its clock; not judged)",
+				c, 1000*pre.WorkloadCPUTotal/float64(pre.Metrics.Bound), 1000*per,
+				1000*pre.ClaimCreateCPU[cluster.ComponentAPIServer], 1000*pre.ClaimCreateCPU[cluster.ComponentEtcd], pre.PremadeClaims))
+		}
+	}
 	if v, ok := r.Ratios["controllersThroughputVsPremade"]; ok {
 		lines = append(lines, fmt.Sprintf("throughput of the Jobs and Deployments through templates / bare pods with pre-made claims (templates and kube-controller-manager's work; not judged): %.2fx from the first pod made, %.2fx from the first controller created", v, r.Ratios["controllersThroughputVsPremadeFromCreate"]))
 	}
@@ -467,6 +487,22 @@ func (r *Report) ratioLines() []string {
 		lines = append(lines, fmt.Sprintf("throughput of the Jobs and Deployments / the same pods bare, both through templates (kube-controller-manager's work alone; not judged): %.2fx from the first pod made", v))
 	}
 	return lines
+}
+
+// createCeiling is the highest throughput a run of templated pods can reach against the
+// pre-made run pre while both are CPU-bound: pre's CPU per bound pod over the same plus the
+// CPU of the one GpuClaim create a templated pod adds, as measured on pre's own claims before
+// its clock (runner.RunResult.ClaimCreateCPU, all processes). perCreate is that create's CPU
+// in seconds; ok is false when pre has no such measurement or bound nothing.
+func createCeiling(pre *runner.RunResult) (ceiling, perCreate float64, ok bool) {
+	if pre == nil || len(pre.ClaimCreateCPU) == 0 || pre.Metrics.Bound == 0 || pre.WorkloadCPUTotal <= 0 {
+		return 0, 0, false
+	}
+	for _, v := range pre.ClaimCreateCPU {
+		perCreate += v
+	}
+	perPod := pre.WorkloadCPUTotal / float64(pre.Metrics.Bound)
+	return perPod / (perPod + max(perCreate, 0)), perCreate, true
 }
 
 // unscheduledLine sums up the pods never bound in one line: how many, and the most common of

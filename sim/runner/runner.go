@@ -170,6 +170,10 @@ type RunResult struct {
 	ClaimCreates       float64 `json:"claimCreates"`
 	ClaimCreatesPerPod float64 `json:"claimCreatesPerPod"`
 	PremadeClaims      int     `json:"premadeClaims,omitempty"`
+	// ClaimCreateCPU is what one of the PremadeClaims cost each process in CPU seconds, measured
+	// while they were created (background subtracted, measureCreates): the price of the one
+	// GpuClaim create a templated pod adds, on this machine, in this run.
+	ClaimCreateCPU map[string]float64 `json:"claimCreateCPU,omitempty"`
 	// StampP50 and StampP99: for a workload of controllers, from the controller's create call
 	// to its pod seen (kube-controller-manager's part of the latency).
 	StampP50 time.Duration `json:"stampP50,omitempty"`
@@ -487,11 +491,13 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 				return nil, err
 			}
 		} else {
-			bar.phase(fmt.Sprintf("creating %d GpuClaims", len(plan)))
-			if err := createClaims(ctx, gcs, plan, ns, run); err != nil {
+			bar.phase(fmt.Sprintf("creating %d GpuClaims (and measuring what a create costs)", len(plan)))
+			cost, err := measureCreates(ctx, c, len(plan), func() error { return createClaims(ctx, gcs, plan, ns, run) })
+			if err != nil {
 				return nil, err
 			}
 			res.PremadeClaims = len(plan)
+			res.ClaimCreateCPU = cost
 		}
 	}
 	if withDRA {
