@@ -68,6 +68,11 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 		if ours != nil && stock.Metrics.LatencyP99 > 0 {
 			r.Ratios["latencyP99"] = float64(ours.Metrics.LatencyP99) / float64(stock.Metrics.LatencyP99)
 		}
+		if f, ok := contractFloor(ours, stock); ok {
+			r.Ratios["cpuVsStock"] = f.ours / f.stock
+			r.Ratios["cpuFloorVsStock"] = f.floor / f.stock
+			r.Ratios["throughputCeilingVsStock"] = f.stock / f.floor
+		}
 	}
 	if withDRA != nil {
 		r.Notes = append(r.Notes, DRANote)
@@ -467,6 +472,10 @@ func (r *Report) ratioLines() []string {
 	if v, ok := r.Ratios["throughput"]; ok {
 		lines = append(lines, fmt.Sprintf("throughput gpu-scheduler / stock: %.2fx", v))
 	}
+	if f, ok := contractFloor(r.Run(runner.ModeGPU), r.Run(runner.ModeStock)); ok {
+		lines = append(lines, fmt.Sprintf("floor the API contract's writes put under gpu-scheduler's CPU per bound pod, measured in this run: stock's %.1f ms + %.2f GPU lease creates x %.2f ms + one GpuClaim status write %.2f ms = %.1f ms, %.2fx stock's (a throughput ceiling of %.2fx while both runs are CPU-bound); gpu-scheduler used %.1f ms, %.2fx (not judged)",
+			1000*f.stock, f.gpus, 1000*f.lease, 1000*f.status, 1000*f.floor, f.floor/f.stock, f.stock/f.floor, 1000*f.ours, f.ours/f.stock))
+	}
 	if v, ok := r.Ratios["throughputDRA"]; ok {
 		lines = append(lines, fmt.Sprintf("throughput gpu-scheduler / stock + DRA: %.2fx", v))
 	}
@@ -487,6 +496,40 @@ func (r *Report) ratioLines() []string {
 		lines = append(lines, fmt.Sprintf("throughput of the Jobs and Deployments / the same pods bare, both through templates (kube-controller-manager's work alone; not judged): %.2fx from the first pod made", v))
 	}
 	return lines
+}
+
+// floor is the CPU per bound pod, in seconds, that the API contract's writes put under
+// gpu-scheduler's: the stock run's, plus gpus lease creates and one claim status write at the
+// prices measured in gpu-scheduler's run (runner.ContractWriteCPU); ours is what it used.
+type floor struct {
+	stock, ours, floor, lease, status, gpus float64
+}
+
+// contractFloor prices the floor for ours against stock; ok is false without the measurement
+// or without bound pods in either run.
+func contractFloor(ours, stock *runner.RunResult) (floor, bool) {
+	if ours == nil || stock == nil || ours.ContractWriteCPU == nil || ours.Metrics.Bound == 0 || stock.Metrics.Bound == 0 {
+		return floor{}, false
+	}
+	sum := func(m map[string]float64) float64 {
+		var t float64
+		for _, v := range m {
+			t += v
+		}
+		return max(t, 0)
+	}
+	f := floor{
+		stock:  stock.WorkloadCPUTotal / float64(stock.Metrics.Bound),
+		ours:   ours.WorkloadCPUTotal / float64(ours.Metrics.Bound),
+		lease:  sum(ours.ContractWriteCPU.LeaseCreate),
+		status: sum(ours.ContractWriteCPU.ClaimStatus),
+		gpus:   ours.MeanGPUsPerPod,
+	}
+	if f.stock <= 0 {
+		return floor{}, false
+	}
+	f.floor = f.stock + f.gpus*f.lease + f.status
+	return f, true
 }
 
 // createCeiling is the highest throughput a run of templated pods can reach against the

@@ -78,3 +78,39 @@ func TestTableThreeWay(t *testing.T) {
 		}
 	}
 }
+
+// The floor under gpu-scheduler's CPU per pod is the stock run's plus g lease creates and one
+// claim status write, at the prices measured in gpu-scheduler's run.
+func TestContractFloor(t *testing.T) {
+	s := &scenario.Scenario{Metadata: scenario.Metadata{Name: "floor"}, Spec: scenario.Spec{
+		NodePools: []scenario.NodePool{{Name: "a", Count: 2, Topology: "dgx-h100", GPUsPerNode: 8}},
+		Workload:  scenario.Workload{Trace: []scenario.TraceEntry{{Name: "p", Claim: &scenario.ClaimSpec{Count: 1}}}},
+	}}
+	run := func(mode string, tput, cpu float64) *runner.RunResult {
+		x := &runner.RunResult{Mode: mode, WorkloadCPUTotal: cpu}
+		x.Metrics.Throughput, x.Metrics.Bound, x.Metrics.Pods = tput, 100, 100
+		return x
+	}
+	ours, stock := run(runner.ModeGPU, 80, 1.8), run(runner.ModeStock, 100, 1.2) // 18 and 12 ms per pod
+	ours.MeanGPUsPerPod = 2.5
+	ours.ContractWriteCPU = &runner.ContractWriteCPU{Objects: 1000,
+		LeaseCreate: map[string]float64{"kube-apiserver": 0.0008, "etcd": 0.0002}, // 1 ms
+		ClaimStatus: map[string]float64{"kube-apiserver": 0.0012, "etcd": 0.0003}} // 1.5 ms
+	r := Build(s, "floor.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute)
+	// 12 + 2.5 x 1 + 1.5 = 16 ms: 1.33x stock's, a ceiling of 0.75x.
+	for k, want := range map[string]float64{"cpuFloorVsStock": 16.0 / 12, "throughputCeilingVsStock": 12.0 / 16, "cpuVsStock": 1.5} {
+		if got := r.Ratios[k]; got < want-1e-9 || got > want+1e-9 {
+			t.Errorf("%s = %g, want %g", k, got, want)
+		}
+	}
+	var b bytes.Buffer
+	r.Table(&b)
+	want := "stock's 12.0 ms + 2.50 GPU lease creates x 1.00 ms + one GpuClaim status write 1.50 ms = 16.0 ms, 1.33x stock's (a throughput ceiling of 0.75x while both runs are CPU-bound); gpu-scheduler used 18.0 ms, 1.50x"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("the table lacks %q:\n%s", want, b.String())
+	}
+	ours.ContractWriteCPU = nil
+	if r := Build(s, "floor.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute); r.Ratios["cpuFloorVsStock"] != 0 {
+		t.Errorf("a floor without measured writes: %v", r.Ratios)
+	}
+}

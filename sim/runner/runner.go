@@ -174,6 +174,10 @@ type RunResult struct {
 	// while they were created (background subtracted, measureCreates): the price of the one
 	// GpuClaim create a templated pod adds, on this machine, in this run.
 	ClaimCreateCPU map[string]float64 `json:"claimCreateCPU,omitempty"`
+	// ContractWriteCPU is what a GPU lease create and a GpuClaim status write cost, measured on
+	// scratch objects before the clock (measureContractWrites): with the stock run's CPU per
+	// pod, the floor the API contract's writes put under gpu-scheduler's.
+	ContractWriteCPU *ContractWriteCPU `json:"contractWriteCPU,omitempty"`
 	// StampP50 and StampP99: for a workload of controllers, from the controller's create call
 	// to its pod seen (kube-controller-manager's part of the latency).
 	StampP50 time.Duration `json:"stampP50,omitempty"`
@@ -492,12 +496,26 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 			}
 		} else {
 			bar.phase(fmt.Sprintf("creating %d GpuClaims (and measuring what a create costs)", len(plan)))
-			cost, err := measureCreates(ctx, c, len(plan), func() error { return createClaims(ctx, gcs, plan, ns, run) })
-			if err != nil {
-				return nil, err
+			create := func() error { return createClaims(ctx, gcs, plan, ns, run) }
+			if external {
+				// The processes of a cluster gpu-sim did not start are not measured.
+				if err := create(); err != nil {
+					return nil, err
+				}
+			} else {
+				cost, err := measureCreates(ctx, c, len(plan), create)
+				if err != nil {
+					return nil, err
+				}
+				res.ClaimCreateCPU = cost
 			}
 			res.PremadeClaims = len(plan)
-			res.ClaimCreateCPU = cost
+			if mode == ModeGPU && !external {
+				bar.phase(fmt.Sprintf("measuring what %d lease creates and claim status writes cost", calibrationObjects))
+				if res.ContractWriteCPU, err = measureContractWrites(ctx, c, cs, gcs); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	if withDRA {
