@@ -109,6 +109,24 @@ func TestContractFloor(t *testing.T) {
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("the table lacks %q:\n%s", want, b.String())
 	}
+	// With the idle background measured in both runs, the floor stands on the work per pod:
+	// 0.5 cores idle; stock ran 1 s, ours 1.25 s for 100 pods each.
+	ours.BackgroundCPU, stock.BackgroundCPU = map[string]float64{"kube-apiserver": 0.4, "kwok": 0.1}, map[string]float64{"kube-apiserver": 0.4, "kwok": 0.1}
+	stock.Workload, ours.Workload = time.Second, 1250*time.Millisecond
+	r = Build(s, "floor.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute)
+	// stock (1.2 - 0.5) / 100 = 7 ms; ours (1.8 - 0.625) / 100 = 11.75 ms; floor 7 + 2.5 + 1.5 = 11 ms.
+	for k, want := range map[string]float64{"cpuFloorVsStock": 11.0 / 7, "throughputCeilingVsStock": 7.0 / 11, "cpuVsStock": 11.75 / 7} {
+		if got := r.Ratios[k]; got < want-1e-9 || got > want+1e-9 {
+			t.Errorf("less the background: %s = %g, want %g", k, got, want)
+		}
+	}
+	b.Reset()
+	r.Table(&b)
+	for _, want := range []string{"gpu-scheduler's CPU per bound pod less the idle background, measured in this run: stock's 7.0 ms", "11.8 ms (0.50)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, b.String())
+		}
+	}
 	ours.ContractWriteCPU = nil
 	if r := Build(s, "floor.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute); r.Ratios["cpuFloorVsStock"] != 0 {
 		t.Errorf("a floor without measured writes: %v", r.Ratios)

@@ -49,6 +49,24 @@ func measureCreates(ctx context.Context, c *cluster.Cluster, n int, create func(
 	return perObject(busyFrom.until(markCPU(c)), idleFrom.until(busyFrom), busy, idle, n), nil
 }
 
+// measureBackground is each process's CPU per second of wall time over an idle window of
+// length d.
+func measureBackground(ctx context.Context, c *cluster.Cluster, d time.Duration) (map[string]float64, error) {
+	from, start := markCPU(c), time.Now()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(d):
+	}
+	spent := from.until(markCPU(c))
+	secs := time.Since(start).Seconds()
+	out := make(map[string]float64, len(spent))
+	for name, v := range spent {
+		out[name] = v / secs
+	}
+	return out, nil
+}
+
 // perObject is each process's CPU per object: what it spent while busy, less its background
 // rate measured over idle times busy, divided by the n objects made. A process's figure may
 // come out slightly negative when its background was noisier than its share of the work; the

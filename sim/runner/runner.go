@@ -178,6 +178,9 @@ type RunResult struct {
 	// scratch objects before the clock (measureContractWrites): with the stock run's CPU per
 	// pod, the floor the API contract's writes put under gpu-scheduler's.
 	ContractWriteCPU *ContractWriteCPU `json:"contractWriteCPU,omitempty"`
+	// BackgroundCPU is each process's CPU per second of wall time in an idle window just before
+	// the workload (measureBackground): node heartbeats, agent writes, the components' resyncs.
+	BackgroundCPU map[string]float64 `json:"backgroundCPU,omitempty"`
 	// StampP50 and StampP99: for a workload of controllers, from the controller's create call
 	// to its pod seen (kube-controller-manager's part of the latency).
 	StampP50 time.Duration `json:"stampP50,omitempty"`
@@ -550,6 +553,14 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	var prof *profile.Collection
 	if o.Profile && o.LogDir != "" {
 		if prof, err = startProfiles(ctx, c, sched, schedOpts.Name, filepath.Join(o.LogDir, "profiles-"+short)); err != nil {
+			return nil, err
+		}
+	}
+	if !external {
+		// What the processes use with nothing scheduled (node heartbeats, agent writes, resyncs):
+		// the workload pays it for as long as it lasts, so the slower run pays more of it per pod.
+		bar.phase("measuring the idle background")
+		if res.BackgroundCPU, err = measureBackground(ctx, c, createIdle); err != nil {
 			return nil, err
 		}
 	}
