@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 
-	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 )
 
