@@ -1,9 +1,16 @@
 package runner
 
 import (
+	"context"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 func TestPerObjectSubtractsTheBackground(t *testing.T) {
@@ -32,5 +39,50 @@ func TestPerObjectNothingToDivide(t *testing.T) {
 	}
 	if got := perObject(map[string]float64{"etcd": 1}, nil, time.Second, 0, 5); got != nil {
 		t.Errorf("no idle window: got %v, want nil", got)
+	}
+}
+
+func status(node string, devices int) *gpuv1.GpuNodeStatus {
+	s := &gpuv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	for i := range devices {
+		s.Status.Devices = append(s.Status.Devices, gpuv1.Device{ID: int32(i), Health: gpuv1.Healthy})
+	}
+	return s
+}
+
+// The clock waits for every node's first status write and for the fleet's writes to calm down.
+func TestWaitFleetSettled(t *testing.T) {
+	ctx := context.Background()
+	rec := newRecorder(time.Now())
+	for i := range 100 {
+		rec.observeStatus(status(fmt.Sprintf("n%d", i), 0), false) // created, no status written yet
+	}
+	err := waitFleetSettled(ctx, rec, 100, time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "0 of 100 statuses published") {
+		t.Fatalf("nothing published: got %v, want the timeout naming 0 of 100", err)
+	}
+
+	for i := range 100 {
+		rec.observeStatus(status(fmt.Sprintf("n%d", i), 8), false)
+	}
+	// Still writing: 50 status writes within the window, far above 2 % of 100 nodes.
+	stop := make(chan struct{})
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				rec.observeStatus(status(fmt.Sprintf("n%d", i%100), 8), false)
+			}
+		}
+	}()
+	err = waitFleetSettled(ctx, rec, 100, time.Millisecond)
+	close(stop)
+	if err == nil || !strings.Contains(err.Error(), "100 of 100 statuses published") {
+		t.Fatalf("a busy fleet: got %v, want the timeout with all published", err)
+	}
+	if err := waitFleetSettled(ctx, rec, 100, time.Minute); err != nil {
+		t.Fatalf("a quiet, published fleet: %v", err)
 	}
 }

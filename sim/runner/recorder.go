@@ -59,7 +59,9 @@ type recorder struct {
 	health   []metrics.HealthChange
 	lastHlth map[string][]bool // node -> unhealthy per GPU
 	nodes    map[string]*gpuv1.GpuNodeStatus
-	changed  chan struct{}
+	// statusEvents counts the GpuNodeStatus adds and updates seen: the agents' write rate.
+	statusEvents int64
+	changed      chan struct{}
 	// lastBind is when a pod was last seen bound; firstUnplaced when a pod was first seen
 	// unschedulable (firstUnplacedOK: at all). A fill run stops on them.
 	lastBind        time.Duration
@@ -197,6 +199,7 @@ func (r *recorder) observeStatus(s *gpuv1.GpuNodeStatus, deleted bool) {
 		return
 	}
 	r.nodes[node] = s
+	r.statusEvents++
 	prev := r.lastHlth[node]
 	cur := make([]bool, len(s.Status.Devices))
 	for _, d := range s.Status.Devices {
@@ -230,6 +233,19 @@ func (r *recorder) full(quiet time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.firstUnplacedOK && r.now()-max(r.firstUnplaced, r.lastBind) >= quiet
+}
+
+// published is how many nodes' GpuNodeStatus carries devices (the agent's first status write
+// landed), and events how many GpuNodeStatus adds and updates were seen so far.
+func (r *recorder) published() (nodes int, events int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.nodes {
+		if len(s.Status.Devices) > 0 {
+			nodes++
+		}
+	}
+	return nodes, r.statusEvents
 }
 
 func (r *recorder) statusCount() int {

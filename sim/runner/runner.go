@@ -472,6 +472,10 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	if err := waitFor(ctx, 3*time.Minute, func() bool { return rec.statusCount() >= nodes }); err != nil {
 		return nil, fmt.Errorf("waiting for the agent fleet to publish %d GpuNodeStatus objects (have %d): %w", nodes, rec.statusCount(), err)
 	}
+	bar.phase("waiting for the agent fleet's start-up writes to settle")
+	if err := waitFleetSettled(ctx, rec, nodes, 2*time.Minute); err != nil {
+		res.Notes = append(res.Notes, err.Error())
+	}
 	if withDRA {
 		if err := waitFor(ctx, 3*time.Minute, func() bool { return fleet.SlicesPublished() >= nodes }); err != nil {
 			return nil, fmt.Errorf("waiting for the agent fleet to publish %d ResourceSlices (have %d): %w", nodes, fleet.SlicesPublished(), err)
