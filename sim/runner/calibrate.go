@@ -87,8 +87,12 @@ func perObject(spent, background map[string]float64, busy, idle time.Duration, n
 // no component watches it, so its writes reach no informer of the scheduler or the agents.
 const calibrationNamespace = "gpu-sim-calibration"
 
-// calibrationObjects is how many leases and claim statuses measureContractWrites writes.
-const calibrationObjects = 1000
+// calibrationObjects is how many leases and claim statuses measureContractWrites writes for a
+// workload of pods: half as many, at least 1,000 and at most 5,000. A batch of 1,000 is over
+// in about a second at 5,000 nodes, where one garbage collection of the apiserver's heap moved
+// a write's price by a millisecond between two runs (claim status 1.07 and 3.22 ms); 5,000
+// spread that over five seconds and more.
+func calibrationObjects(pods int) int { return min(5000, max(1000, pods/2)) }
 
 // ContractWriteCPU is what the two writes the API contract adds to a stock binding cost each
 // process, in CPU seconds per write, measured in the run: a GPU lease create (one per GPU) and
@@ -107,7 +111,7 @@ type ContractWriteCPU struct {
 // watchers but the apiserver's own cache, so these writes miss the fan-out to the scheduler's
 // and the agents' informers that the real ones pay: the floor drawn from them is low, if
 // anything. The objects are deleted before the workload starts.
-func measureContractWrites(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, gcs versioned.Interface) (*ContractWriteCPU, error) {
+func measureContractWrites(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, gcs versioned.Interface, n int) (*ContractWriteCPU, error) {
 	ns := calibrationNamespace
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
@@ -119,7 +123,6 @@ func measureContractWrites(ctx context.Context, c *cluster.Cluster, cs kubernete
 		_ = cs.CoordinationV1().Leases(ns).DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		_ = gcs.GpuV1().GpuClaims(ns).DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	}()
-	n := calibrationObjects
 	claims := make([]*gpuv1.GpuClaim, n)
 	if err := parallel(ctx, n, 32, func(ctx context.Context, i int) error {
 		made, err := gcs.GpuV1().GpuClaims(ns).Create(ctx, &gpuv1.GpuClaim{

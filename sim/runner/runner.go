@@ -518,8 +518,9 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 			}
 			res.PremadeClaims = len(plan)
 			if mode == ModeGPU && !external {
-				bar.phase(fmt.Sprintf("measuring what %d lease creates and claim status writes cost", calibrationObjects))
-				if res.ContractWriteCPU, err = measureContractWrites(ctx, c, cs, gcs); err != nil {
+				n := calibrationObjects(len(plan))
+				bar.phase(fmt.Sprintf("measuring what %d lease creates and claim status writes cost", n))
+				if res.ContractWriteCPU, err = measureContractWrites(ctx, c, cs, gcs, n); err != nil {
 					return nil, err
 				}
 			}
