@@ -49,6 +49,11 @@ const (
 	// pods only on nodes whose status names it (or names none: an agent older than the label),
 	// so two releases with disjoint agent node selectors each keep to their own pool.
 	LabelSchedulerName = LabelPrefix + "scheduler-name"
+	// LabelAgentLiveness marks a node agent's liveness Lease (AgentLeaseName), valued with the
+	// agent's scheduler name. It is deliberately not LabelLeaseNode: the informers of GPU
+	// leases (the scheduler's and the agent's) select on that label and must never see a
+	// liveness lease as a lock.
+	LabelAgentLiveness = LabelPrefix + "agent-liveness"
 	// LabelTopology names the mock topology a simulated node carries.
 	LabelTopology = LabelPrefix + "topology"
 	// LabelGPUProduct, LabelGPUCount and LabelNVLink are set on nodes by the agent for users
@@ -70,6 +75,22 @@ func LeaseName(node string, id int) (string, error) {
 	name := "gpu-" + node + "-" + strconv.Itoa(id)
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return "", fmt.Errorf("lease name %q for node %q GPU %d is not a valid object name: %s", name, node, id, strings.Join(errs, "; "))
+	}
+	return name, nil
+}
+
+// AgentLeaseName is the name of the node agent's liveness Lease: gpu-{node}-agent, in the GPU
+// lease namespace. A suffix, not a prefix: every GPU lease name gpu-{node}-{id} ends in
+// "-{digits}" and this one never does, so the two can never collide, whatever the node names
+// (a prefix "gpu-agent-{node}" would: node "foo-3"'s liveness lease and GPU 3 of node
+// "agent-foo" are both gpu-agent-foo-3). It fails when the result is not a valid object name.
+func AgentLeaseName(node string) (string, error) {
+	if node == "" {
+		return "", fmt.Errorf("liveness lease name: node name is empty")
+	}
+	name := "gpu-" + node + "-agent"
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", fmt.Errorf("liveness lease name %q for node %q is not a valid object name: %s", name, node, strings.Join(errs, "; "))
 	}
 	return name, nil
 }

@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -66,6 +67,42 @@ func TestLeaseName(t *testing.T) {
 	} {
 		if _, err := LeaseName(tc.node, tc.id); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("LeaseName(%q, %d) error = %v, want %q", tc.node, tc.id, err, tc.want)
+		}
+	}
+}
+
+func TestAgentLeaseName(t *testing.T) {
+	if got, err := AgentLeaseName("node-a"); err != nil || got != "gpu-node-a-agent" {
+		t.Fatalf("AgentLeaseName = %q, %v", got, err)
+	}
+	for _, node := range []string{"", strings.Repeat("a", 250)} {
+		if _, err := AgentLeaseName(node); err == nil {
+			t.Errorf("AgentLeaseName(%q) succeeded", node)
+		}
+	}
+}
+
+// No liveness lease name is ever a GPU lease name, whatever the two nodes are called: the node
+// names below are the ones a prefix (gpu-agent-{node}) would have let collide.
+func TestAgentLeaseNameNeverCollidesWithGPULeases(t *testing.T) {
+	nodes := []string{"foo", "foo-3", "agent-foo", "agent-foo-3", "a", "3", "agent", "x-agent", "x-agent-1"}
+	gpuLeases := map[string]string{}
+	for _, n := range nodes {
+		for id := range 17 {
+			name, err := LeaseName(n, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpuLeases[name] = fmt.Sprintf("GPU %d of node %s", id, n)
+		}
+	}
+	for _, n := range nodes {
+		name, err := AgentLeaseName(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, ok := gpuLeases[name]; ok {
+			t.Errorf("liveness lease of node %s is named %s, as the lease of %s", n, name, other)
 		}
 	}
 }
