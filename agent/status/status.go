@@ -1,13 +1,14 @@
 // Package status writes a node's GpuNodeStatus and GPU labels, and only when something
-// changed: at 5,000 nodes every write counts. A heartbeat (LastHeartbeatTime) is written at
-// least once per heartbeat interval, so the scheduler can tell a live agent from a dead one.
+// changed: at 5,000 nodes every write counts. An unchanged status is still rewritten (its
+// LastHeartbeatTime refreshed) once per refresh interval, long by default (30 minutes): the
+// agent's liveness signal is its small Lease (package agent/liveness), as a kubelet's is its
+// node Lease, because one GpuNodeStatus write of a DGX costs the apiserver ~5.7 ms of CPU.
 package status
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/spread"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
@@ -127,16 +129,12 @@ type Config struct {
 	GPUClient  versioned.Interface
 	KubeClient kubernetes.Interface
 	Clock      clock.PassiveClock
-	// Heartbeat is the longest time between two writes. Each node writes a little earlier
-	// (up to 20%, fixed per node) so that a fleet started at once does not beat in step.
+	// Heartbeat is the longest time between two writes: an unchanged status is rewritten (its
+	// LastHeartbeatTime refreshed) this often. Each node writes a little earlier (up to 20%,
+	// fixed per node) so that a fleet started at once does not beat in step (package spread).
 	Heartbeat time.Duration
 	// SpreadFirstHeartbeat makes the first heartbeat after the writer starts come after a
-	// fraction of Heartbeat fixed per node, anywhere in (0, Heartbeat], instead of a whole
-	// interval after the first write. Agents started together (a DaemonSet rollout, the
-	// simulator's fleet) then beat spread over the whole interval from their second beat on,
-	// as agents started at different times do, rather than all within its last fifth: at
-	// 5,000 nodes that was 5,000 GpuNodeStatus writes in ~36 s every 3 minutes, landing in
-	// whichever measured run happened to span them (docs/benchmarks.md, session 6).
+	// fraction of Heartbeat fixed per node (spread.New).
 	SpreadFirstHeartbeat bool
 	// MinInterval is the shortest time between two status writes: changes that come in a
 	// burst (a pod's leases) are written together.
@@ -160,10 +158,15 @@ type Config struct {
 	// here. Default apiv1.SchedulerName.
 	SchedulerName string
 	// TakeoverAfter is how long the heartbeat of a status labelled for another scheduler must
-	// be silent before this writer takes the status over. Until then Sync refuses with an
-	// *OwnedError: two agents of two releases on one node (overlapping node selectors) would
-	// otherwise overwrite each other's status on every loop. Default 10m, the scheduler's
-	// default statusFreshnessSeconds: a status no scheduler trusts any more.
+	// be silent, beyond the refresh interval (Heartbeat), before this writer takes the status
+	// over. Until then Sync refuses with an *OwnedError: two agents of two releases on one node
+	// (overlapping node selectors) would otherwise overwrite each other's status on every loop.
+	// The owner's liveness Lease lives in its release's lease namespace, which this agent
+	// neither knows nor may read; what it can see is the status, which a live owner rewrites at
+	// least once per refresh interval. So the status is taken over only once its heartbeat is
+	// older than Heartbeat + TakeoverAfter: never from a live owner that refreshes at most as
+	// seldom as this writer (releases of one chart share the default). Default 10m, the
+	// scheduler's default statusFreshnessSeconds.
 	TakeoverAfter time.Duration
 }
 
@@ -185,12 +188,7 @@ func (e *OwnedError) Error() string {
 // Writer writes one node's GpuNodeStatus.
 type Writer struct {
 	cfg       Config
-	heartbeat time.Duration
-	// firstFrac is the fraction of Heartbeat after the writer's first write at which its next
-	// heartbeat comes (SpreadFirstHeartbeat); zero once that write is done, or when not spread.
-	firstFrac float64
-	// firstBeat is when that heartbeat is due, set by the first write; zero once it is written.
-	firstBeat time.Time
+	beat      *spread.Beat
 	last      *apiv1.GpuNodeStatus // as last read or written; nil until loaded
 	lastWrite time.Time
 	// labelsFrom is the node resourceVersion the last label patch was computed from: while the
@@ -209,20 +207,17 @@ func NewWriter(cfg Config) *Writer {
 	if cfg.TakeoverAfter <= 0 {
 		cfg.TakeoverAfter = 10 * time.Minute
 	}
-	h := fnv.New32a()
-	h.Write([]byte(cfg.Node))
-	sum := h.Sum32()
-	early := time.Duration(float64(cfg.Heartbeat) * 0.2 * float64(sum%1000) / 1000)
-	w := &Writer{cfg: cfg, heartbeat: cfg.Heartbeat - early}
-	if cfg.SpreadFirstHeartbeat {
-		// Another part of the hash than the one for early, so the two are independent.
-		w.firstFrac = float64((sum/1000)%1000+1) / 1000
-	}
-	return w
+	return &Writer{cfg: cfg, beat: spread.New(cfg.Node, cfg.Heartbeat, cfg.SpreadFirstHeartbeat)}
 }
 
 // HeartbeatInterval is this node's heartbeat interval, after its fixed jitter.
-func (w *Writer) HeartbeatInterval() time.Duration { return w.heartbeat }
+func (w *Writer) HeartbeatInterval() time.Duration { return w.beat.Every() }
+
+// takeoverAt is when a status whose owner last wrote it at heartbeat may be taken over: see
+// Config.TakeoverAfter.
+func (w *Writer) takeoverAt(heartbeat time.Time) time.Time {
+	return heartbeat.Add(w.cfg.Heartbeat + w.cfg.TakeoverAfter)
+}
 
 // Last is the status as last read or written, nil when none is known yet.
 func (w *Writer) Last() *apiv1.GpuNodeStatus { return w.last }
@@ -271,15 +266,8 @@ func (w *Writer) Due(want apiv1.GpuNodeStatusStatus) time.Time {
 	return heartbeat
 }
 
-// nextHeartbeat is when the heartbeat after one at last is due: the writer's interval later, or
-// its spread first beat if that is not written yet and comes sooner.
-func (w *Writer) nextHeartbeat(last time.Time) time.Time {
-	due := last.Add(w.heartbeat)
-	if !w.firstBeat.IsZero() && w.firstBeat.Before(due) {
-		return w.firstBeat
-	}
-	return due
-}
+// nextHeartbeat is when the heartbeat after one at last is due (spread.Beat.Next).
+func (w *Writer) nextHeartbeat(last time.Time) time.Time { return w.beat.Next(last) }
 
 // telemetryOnly tells whether want differs from what was written only in telemetry, with no
 // heartbeat due: a write the shared limiter may refuse.
@@ -356,13 +344,7 @@ func (w *Writer) Sync(ctx context.Context, node *corev1.Node, want apiv1.GpuNode
 	}
 	metrics.StatusWrites.WithLabelValues("updated").Inc()
 	w.last, w.lastWrite = updated, now
-	// The write after the first one is the spread heartbeat (or came before it): from then on
-	// the interval alone sets the beat.
-	w.firstBeat = time.Time{}
-	if w.firstFrac > 0 {
-		w.firstBeat = now.Add(time.Duration(float64(w.cfg.Heartbeat) * w.firstFrac))
-		w.firstFrac = 0
-	}
+	w.beat.Wrote(now)
 	return true, nil
 }
 
@@ -371,7 +353,8 @@ func (w *Writer) Sync(ctx context.Context, node *corev1.Node, want apiv1.GpuNode
 func owner(gns *apiv1.GpuNodeStatus) string { return gns.Labels[apiv1.LabelSchedulerName] }
 
 // own makes w.last carry this writer's scheduler label, taking the status over from another
-// scheduler's agent only once that agent's heartbeat has been silent for TakeoverAfter. The
+// scheduler's agent only once that agent's heartbeat has been silent for the refresh interval
+// and TakeoverAfter (Config.TakeoverAfter). The
 // label is metadata, which the status subresource ignores: it costs one more write, once.
 func (w *Writer) own(ctx context.Context, now time.Time) error {
 	if owner(w.last) == w.cfg.SchedulerName {
@@ -388,7 +371,7 @@ func (w *Writer) own(ctx context.Context, now time.Time) error {
 		w.last = fresh
 		if o := owner(fresh); o != w.cfg.SchedulerName && o != "" {
 			hb := fresh.Status.LastHeartbeatTime.Time
-			if at := hb.Add(w.cfg.TakeoverAfter); now.Before(at) {
+			if at := w.takeoverAt(hb); now.Before(at) {
 				metrics.StatusWrites.WithLabelValues("refused").Inc()
 				return &OwnedError{Node: w.cfg.Node, Owner: o, Self: w.cfg.SchedulerName, Heartbeat: hb, TakeoverAt: at}
 			}

@@ -376,7 +376,7 @@ func TestWriterKeepsToItsScheduler(t *testing.T) {
 	writer := func(name string) *status.Writer {
 		w := status.NewWriter(status.Config{
 			Node: "n1", GPUClient: gpus, KubeClient: kube, Clock: clk, SchedulerName: name,
-			Heartbeat: time.Minute, MinInterval: -1, TakeoverAfter: 10 * time.Minute,
+			Heartbeat: 30 * time.Minute, MinInterval: -1, TakeoverAfter: 10 * time.Minute,
 		})
 		if err := w.Load(ctx); err != nil {
 			t.Fatalf("Load for %s: %v", name, err)
@@ -431,17 +431,22 @@ func TestWriterKeepsToItsScheduler(t *testing.T) {
 	refused("team-a heartbeats")
 	check("team-b refused", "team-a", "a1")
 
-	// team-a heartbeats 9 minutes later; team-b, another 9 minutes on, must see that heartbeat
-	// (not its own old copy of the status) and still refuse.
-	clk.SetTime(clk.Now().Add(9 * time.Minute))
+	// team-a is alive (it renews its liveness lease) but its status is unchanged: it rewrites
+	// it only once per refresh interval (30 minutes). 29 minutes of silence in the status say
+	// nothing about team-a's agent, and team-b must not take the status over.
+	clk.SetTime(clk.Now().Add(29 * time.Minute))
+	refused("team-a refreshed its status 29 minutes ago")
 	if ok, err := a.Sync(ctx, node, say("a2")); err != nil || !ok {
 		t.Fatalf("team-a's heartbeat wrote %v, %v", ok, err)
 	}
-	clk.SetTime(clk.Now().Add(9 * time.Minute))
-	refused("team-a heartbeated 9 minutes ago")
+	// team-b, 39 minutes on, must see that heartbeat (not its own old copy of the status) and
+	// still refuse: the refresh interval and TakeoverAfter have not both passed.
+	clk.SetTime(clk.Now().Add(39 * time.Minute))
+	refused("team-a heartbeated 39 minutes ago")
 	check("team-b refused again", "team-a", "a2")
 
-	// team-a stops: 10 minutes after its last heartbeat team-b takes the status over.
+	// team-a stops: a refresh interval and 10 minutes after its last heartbeat team-b takes
+	// the status over.
 	clk.SetTime(clk.Now().Add(time.Minute))
 	if ok, err := b.Sync(ctx, node, say("b")); err != nil || !ok {
 		t.Fatalf("team-b's takeover of a silent status: %v, %v", ok, err)
