@@ -1,7 +1,9 @@
 // Package agent is the node agent: it reads a node's GPUs through gpu.Library, keeps their
 // health from NVML events and probes, and publishes the node's GpuNodeStatus and GPU labels.
 // The same loop runs once per node as a DaemonSet (over the real NVML) and many times in one
-// process in fleet mode (over mock topologies, package agent/fleet).
+// process in fleet mode (over mock topologies, package agent/fleet). Its liveness signal is a
+// small Lease it renews (package liveness); the status is written on change and refreshed
+// seldom.
 package agent
 
 import (
@@ -23,6 +25,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/health"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/liveness"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/status"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/telemetry"
@@ -51,20 +54,30 @@ type Config struct {
 	Nodes corelisters.NodeLister
 	// Leases is a lease indexer with the leases.ByNode index (see leases.Informer).
 	Leases cache.Indexer
-	Clock  clock.WithTicker
+	// LeaseNamespace is the scheduler's GPU lease namespace, where the agent renews its
+	// liveness Lease (apiv1.AgentLeaseName). Default gpu-scheduler.
+	LeaseNamespace string
+	Clock          clock.WithTicker
 
 	// ProbeInterval is how often every GPU is probed (lost? persistent fault? recovered?). Default 30s.
 	ProbeInterval time.Duration
-	// HeartbeatInterval is the longest time between two status writes. Default 3m.
+	// HeartbeatInterval is the longest time between two renewals of the liveness Lease, the
+	// signal the scheduler judges the agent alive by. Default 3m.
 	HeartbeatInterval time.Duration
+	// StatusRefreshInterval is the longest time between two GpuNodeStatus writes: an
+	// unchanged status is rewritten (LastHeartbeatTime refreshed) this often. Default 30m: the
+	// liveness Lease says the agent lives, and a status write costs the apiserver ~5.7 ms of
+	// CPU (a DGX's eight devices with telemetry), ~160 ms a second at 5,000 nodes every 3
+	// minutes. The refresh only bounds how old the status's telemetry can get.
+	StatusRefreshInterval time.Duration
 	// MinWriteInterval is the shortest time between two status writes, so that a burst of
 	// changes (a pod's leases) becomes one write. Default 1s; negative: none.
 	MinWriteInterval time.Duration
 	// UsageWriteInterval is the shortest time between two status writes when only inUseBy
 	// changed: usage is informational (the scheduler's leases are the lock, and kubectl gpu
 	// reads the leases too), so it need not cause writes of its own. Default (0): the heartbeat
-	// interval, i.e. usage rides along with health writes and heartbeats and is at most a
-	// heartbeat old. At 30 s (the default until 2026-11-25) a 10,000-pod burst on 5,000 nodes
+	// interval (3 minutes), so usage is at most that old, as before the status refresh became
+	// longer; it also rides along with health writes. At 30 s (the default until 2026-11-25) a 10,000-pod burst on 5,000 nodes
 	// made 12,200 GpuNodeStatus writes, more than its 10,000 claim status writes, and every one
 	// reaches every GpuNodeStatus watcher (docs/benchmarks.md). Negative: MinWriteInterval
 	// (usage written at once).
@@ -93,8 +106,9 @@ type Config struct {
 	// with it (apiv1.LabelSchedulerName) so that only that scheduler places pods on the node.
 	// Default apiv1.SchedulerName.
 	SchedulerName string
-	// TakeoverAfter is how long another release's agent must have stopped heartbeating before
-	// this one takes the node's GpuNodeStatus over (status.Config.TakeoverAfter). Default 10m.
+	// TakeoverAfter is how long, beyond StatusRefreshInterval, the GpuNodeStatus of another
+	// release's agent must have gone unwritten before this one takes it over
+	// (status.Config.TakeoverAfter). Default 10m.
 	TakeoverAfter time.Duration
 	// OnDevices, when set, is given the node's GPUs and their health on every loop (the
 	// kubelet device plugin advertises them); it must not block.
@@ -123,6 +137,10 @@ func (c *Config) validate() error {
 	}
 	def(&c.ProbeInterval, 30*time.Second)
 	def(&c.HeartbeatInterval, 3*time.Minute)
+	def(&c.StatusRefreshInterval, 30*time.Minute)
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = "gpu-scheduler"
+	}
 	if c.MinWriteInterval == 0 {
 		c.MinWriteInterval = time.Second
 	}
@@ -148,10 +166,11 @@ func (c *Config) validate() error {
 
 // Agent runs one node's loop.
 type Agent struct {
-	cfg    Config
-	health *health.Tracker
-	writer *status.Writer
-	poke   chan struct{}
+	cfg      Config
+	health   *health.Tracker
+	writer   *status.Writer
+	liveness *liveness.Renewer
+	poke     chan struct{}
 
 	// Owned by Run's goroutine.
 	session     *session
@@ -191,12 +210,20 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent for node %q: %w", cfg.NodeName, err)
 	}
+	renewer, err := liveness.New(liveness.Config{
+		Node: cfg.NodeName, Namespace: cfg.LeaseNamespace, SchedulerName: cfg.SchedulerName,
+		Client: cfg.KubeClient, Clock: cfg.Clock, Interval: cfg.HeartbeatInterval,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent for node %q: %w", cfg.NodeName, err)
+	}
 	return &Agent{
-		cfg:    cfg,
-		health: health.NewTracker(cfg.Clock, cfg.RecoveryQuietPeriod),
+		cfg:      cfg,
+		health:   health.NewTracker(cfg.Clock, cfg.RecoveryQuietPeriod),
+		liveness: renewer,
 		writer: status.NewWriter(status.Config{
 			Node: cfg.NodeName, GPUClient: cfg.GPUClient, KubeClient: cfg.KubeClient, Clock: cfg.Clock,
-			Heartbeat: cfg.HeartbeatInterval, SpreadFirstHeartbeat: true, MinInterval: cfg.MinWriteInterval,
+			Heartbeat: cfg.StatusRefreshInterval, SpreadFirstHeartbeat: true, MinInterval: cfg.MinWriteInterval,
 			UsageInterval: cfg.UsageWriteInterval, TelemetryInterval: telemetryWriteInterval(cfg.TelemetryWritesPerMinute),
 			Limiter:       cfg.WriteLimiter,
 			SchedulerName: cfg.SchedulerName, TakeoverAfter: cfg.TakeoverAfter,
@@ -258,6 +285,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if a.session != nil && a.rewatch {
 			a.restartWatcher(ctx)
 		}
+		a.renew(ctx)
 		a.sync(ctx)
 
 		// Every deadline due now was handled above, so the wait is positive; the floor only
@@ -304,6 +332,9 @@ func (a *Agent) nextWake() time.Time {
 	next := a.writer.Due(a.desired())
 	if next.Before(a.nextWrite) {
 		next = a.nextWrite
+	}
+	if due := a.liveness.Due(); due.Before(next) {
+		next = due
 	}
 	if a.session != nil && a.nextProbe.Before(next) {
 		next = a.nextProbe
@@ -521,6 +552,21 @@ func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
 		st.TelemetryTime = &metav1.Time{Time: a.readAt}
 	}
 	return st
+}
+
+// renew renews the liveness Lease when it is due. It runs whether or not NVML works: the
+// lease says the agent lives, and a fenced node's status (GPUs Unknown) must stay trusted.
+func (a *Agent) renew(ctx context.Context) {
+	if a.cfg.Clock.Now().Before(a.liveness.Due()) {
+		return
+	}
+	node, err := a.cfg.Nodes.Get(a.cfg.NodeName)
+	if err != nil {
+		node = nil // needed only to create the lease; Renew says so if it must
+	}
+	if _, err := a.liveness.Renew(ctx, node); err != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).Error(err, "Renewing the liveness lease failed", "retryAt", a.liveness.Due())
+	}
 }
 
 // sync writes the status and labels when they changed.

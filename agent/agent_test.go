@@ -74,7 +74,7 @@ func newHarnessWith(t *testing.T, topology string, initErr nvml.Return, edit fun
 	cfg := agent.Config{
 		NodeName: node, GPUs: nvmlgpu.New(srv, nvmlgpu.Options{EventWaitTimeout: 5 * time.Millisecond}),
 		GPUClient: h.gpu, KubeClient: h.kube, Nodes: corelisters.NewNodeLister(nodes), Leases: h.leases, Clock: h.clk,
-		HeartbeatInterval: 2 * time.Hour, ProbeInterval: 30 * time.Second, MinWriteInterval: -1,
+		HeartbeatInterval: 2 * time.Hour, StatusRefreshInterval: 2 * time.Hour, ProbeInterval: 30 * time.Second, MinWriteInterval: -1,
 		RecoveryQuietPeriod: 5 * time.Minute, InitBackoff: 10 * time.Second, MaxInitBackoff: time.Minute,
 	}
 	if edit != nil {

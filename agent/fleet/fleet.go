@@ -43,7 +43,8 @@ import (
 type Config struct {
 	KubeClient kubernetes.Interface
 	GPUClient  versioned.Interface
-	// LeaseNamespace is where the scheduler keeps its GPU leases. Default gpu-scheduler.
+	// LeaseNamespace is where the scheduler keeps its GPU leases and each node's agent renews
+	// its liveness Lease. Default gpu-scheduler.
 	LeaseNamespace string
 	// Agent holds the intervals and clock every node's agent uses; the fleet fills in the
 	// node name, GPUs, clients, listers and write limiter.
@@ -86,6 +87,10 @@ type member struct {
 	server   *mock.Server
 	agent    *agent.Agent
 	cancel   context.CancelFunc
+	// done is closed when the agent's Run has returned.
+	done chan struct{}
+	// suspended: the agent was stopped on purpose (Suspend) and stays stopped until Resume.
+	suspended bool
 }
 
 // New makes a fleet; Run starts it.
@@ -204,6 +209,9 @@ func (f *Fleet) nodeChanged(ctx context.Context, oldObj, obj any) {
 	}
 	m := f.members[n.Name]
 	if m != nil && m.topology == topology && m.uid == n.UID {
+		if m.suspended {
+			return
+		}
 		if old, ok := oldObj.(*corev1.Node); ok && !maps.Equal(old.Labels, n.Labels) {
 			m.agent.Poke() // someone touched the labels: the agent puts its own back
 		}
@@ -222,8 +230,19 @@ func (f *Fleet) startLocked(ctx context.Context, n *corev1.Node, topology string
 	if err != nil {
 		return err
 	}
+	m := &member{topology: topology, uid: n.UID, server: srv}
+	if err := f.runLocked(ctx, n, m); err != nil {
+		return err
+	}
+	f.members[n.Name] = m
+	return nil
+}
+
+// runLocked starts an agent for node n over m's mock server.
+func (f *Fleet) runLocked(ctx context.Context, n *corev1.Node, m *member) error {
+	srv := m.server
 	cfg := f.cfg.Agent
-	cfg.NodeName = n.Name
+	cfg.NodeName, cfg.LeaseNamespace = n.Name, f.cfg.LeaseNamespace
 	cfg.GPUs = nvmlgpu.New(srv, nvmlgpu.Options{EventWaitTimeout: f.cfg.EventWaitTimeout})
 	cfg.GPUClient, cfg.KubeClient = f.cfg.GPUClient, f.cfg.KubeClient
 	cfg.Nodes, cfg.Leases, cfg.WriteLimiter = f.nodes, f.leases, f.limiter
@@ -235,10 +254,12 @@ func (f *Fleet) startLocked(ctx context.Context, n *corev1.Node, topology string
 		return err
 	}
 	actx, cancel := context.WithCancel(ctx)
-	f.members[n.Name] = &member{topology: topology, uid: n.UID, server: srv, agent: a, cancel: cancel}
+	done := make(chan struct{})
+	m.agent, m.cancel, m.done, m.suspended = a, cancel, done, false
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
+		defer close(done)
 		if err := a.Run(actx); err != nil {
 			klog.FromContext(ctx).Error(err, "Node agent stopped", "node", n.Name)
 		}

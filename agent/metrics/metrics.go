@@ -40,6 +40,13 @@ var (
 		Help:           "GpuNodeStatus writes to the API server, by result.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	// LivenessWrites counts the writes of the agents' liveness Leases, by result (created,
+	// renewed, conflict, error): the agent's liveness signal (package agent/liveness).
+	LivenessWrites = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "liveness_lease_writes_total",
+		Help:           "Writes of the node agent's liveness Lease to the API server, by result.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 	// NVMLInitFailures counts failed NVML initialisations.
 	NVMLInitFailures = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem, Name: "nvml_init_failures_total",
@@ -73,7 +80,7 @@ var once sync.Once
 // Register registers the metrics in the legacy registry; later calls do nothing.
 func Register() {
 	once.Do(func() {
-		legacyregistry.MustRegister(GPUHealth, Events, XidErrors, ECCErrors, StatusWrites, NVMLInitFailures, LabelPatches)
+		legacyregistry.MustRegister(GPUHealth, Events, XidErrors, ECCErrors, StatusWrites, LivenessWrites, NVMLInitFailures, LabelPatches)
 	})
 }
 

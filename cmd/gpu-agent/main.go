@@ -45,19 +45,20 @@ import (
 )
 
 type options struct {
-	nodeName, kubeconfig, leaseNamespace, listen  string
-	metricsAddr, metricsCert, metricsKey          string
-	schedulerName                                 string
-	heartbeat, probe, quiet, minWrite, usageWrite time.Duration
-	telemetryInterval, takeoverAfter              time.Duration
-	telemetryWritesPerMinute                      float64
-	fleet                                         bool
-	qps                                           float64
-	burst                                         int
-	fleetWriteQPS                                 float64
-	fleetWriteBurst                               int
-	fleetNodeSelector                             string
-	devicePlugin                                  devicePluginOptions
+	nodeName, kubeconfig, leaseNamespace, listen string
+	metricsAddr, metricsCert, metricsKey         string
+	schedulerName                                string
+	heartbeat, refresh, probe, quiet             time.Duration
+	minWrite, usageWrite                         time.Duration
+	telemetryInterval, takeoverAfter             time.Duration
+	telemetryWritesPerMinute                     float64
+	fleet                                        bool
+	qps                                          float64
+	burst                                        int
+	fleetWriteQPS                                float64
+	fleetWriteBurst                              int
+	fleetNodeSelector                            string
+	devicePlugin                                 devicePluginOptions
 }
 
 func main() {
@@ -66,21 +67,22 @@ func main() {
 	klog.InitFlags(fs)
 	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "Node whose GPUs this agent reports (default $NODE_NAME). Ignored with --fleet.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; empty means in-cluster configuration.")
-	fs.StringVar(&o.leaseNamespace, "lease-namespace", "gpu-scheduler", "Namespace of the scheduler's GPU leases.")
+	fs.StringVar(&o.leaseNamespace, "lease-namespace", "gpu-scheduler", "Namespace of the scheduler's GPU leases; the agent renews its node's liveness Lease (gpu-<node>-agent) there too.")
 	fs.StringVar(&o.listen, "listen-address", ":8080", "Address of the plain-HTTP /healthz and /readyz (the kubelet's probes) and, with --fleet, /fault and /nodes.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the HTTPS /metrics endpoint (with /healthz and /readyz); callers' bearer tokens are checked with the apiserver (TokenReview, SubjectAccessReview). 0 turns it off.")
 	fs.StringVar(&o.metricsCert, "metrics-cert-file", "", "PEM serving certificate of --metrics-bind-address; empty: a self-signed one made at start-up.")
 	fs.StringVar(&o.metricsKey, "metrics-key-file", "", "PEM key of --metrics-cert-file.")
 	fs.StringVar(&o.schedulerName, "scheduler-name", gpuv1.SchedulerName, "The release's scheduler (default $"+gpuv1.SchedulerNameEnv+", then gpu-scheduler): "+
 		"the node's GpuNodeStatus is labelled "+gpuv1.LabelSchedulerName+" with it, so that only that scheduler places pods here, and the device plugin serves only its pods.")
-	fs.DurationVar(&o.takeoverAfter, "takeover-after", 10*time.Minute, "How long another release's agent must have stopped heartbeating before this one takes the node's GpuNodeStatus over.")
-	fs.DurationVar(&o.heartbeat, "heartbeat-interval", 3*time.Minute, "Longest time between two GpuNodeStatus writes (the freshness signal).")
+	fs.DurationVar(&o.takeoverAfter, "takeover-after", 10*time.Minute, "How long, beyond --status-refresh-interval, another release's agent must have left the node's GpuNodeStatus unwritten before this one takes it over (the other release's liveness Lease is in a namespace this agent cannot read; a live agent rewrites its status at least once per refresh interval).")
+	fs.DurationVar(&o.heartbeat, "heartbeat-interval", 3*time.Minute, "Longest time between two renewals of the node's liveness Lease, the signal the scheduler judges the agent alive by (statusFreshnessSeconds). Spread per node, so a fleet does not renew in step.")
+	fs.DurationVar(&o.refresh, "status-refresh-interval", 30*time.Minute, "Longest time between two GpuNodeStatus writes: an unchanged status is rewritten this often. Long, because liveness is the Lease's job and one status write of a DGX costs the apiserver ~5.7 ms of CPU (~160 ms a second at 5,000 nodes at 3 minutes); it bounds how old the status's telemetry gets.")
 	fs.DurationVar(&o.probe, "probe-interval", 30*time.Second, "How often every GPU is probed (lost, persistent faults, recovery).")
 	fs.DurationVar(&o.quiet, "recovery-quiet-period", 5*time.Minute, "How long an answering GPU must stay free of critical events before it is Healthy again.")
 	fs.DurationVar(&o.minWrite, "min-write-interval", time.Second, "Shortest time between two status writes of one node.")
-	fs.DurationVar(&o.usageWrite, "usage-write-interval", 0, "Shortest time between two status writes of one node when only inUseBy changed (health changes go out after --min-write-interval, with usage). 0 (the default): the heartbeat interval, so usage rides along with health writes and heartbeats; negative: written at once. Nothing schedules from inUseBy: the GPU leases are the lock, and kubectl gpu reads them.")
+	fs.DurationVar(&o.usageWrite, "usage-write-interval", 0, "Shortest time between two status writes of one node when only inUseBy changed (health changes go out after --min-write-interval, with usage). 0 (the default): --heartbeat-interval, so usage is at most that old and rides along with health writes; negative: written at once. Nothing schedules from inUseBy: the GPU leases are the lock, and kubectl gpu reads them.")
 	fs.DurationVar(&o.telemetryInterval, "telemetry-interval", 10*time.Second, "How often every GPU's utilisation, memory, temperature, power and ECC counters are read (for the status and the DCGM_FI_* series); negative: never.")
-	fs.Float64Var(&o.telemetryWritesPerMinute, "telemetry-writes-per-minute", agent.DefaultTelemetryWritesPerMinute, "Budget of GpuNodeStatus writes per node per minute that telemetry alone may cause when it moved significantly; health changes are not held back by it. Negative (the default) or zero: none; telemetry then rides along with health, usage and heartbeat writes, at most --heartbeat-interval old (every GPU's load moves, so any budget is spent by every node).")
+	fs.Float64Var(&o.telemetryWritesPerMinute, "telemetry-writes-per-minute", agent.DefaultTelemetryWritesPerMinute, "Budget of GpuNodeStatus writes per node per minute that telemetry alone may cause when it moved significantly; health changes are not held back by it. Negative (the default) or zero: none; telemetry then rides along with health, usage and refresh writes, at most --status-refresh-interval old (every GPU's load moves, so any budget is spent by every node).")
 	fs.BoolVar(&o.fleet, "fleet", false, "Simulate every node labelled gpu.scheduling/topology with its mock GPU topology.")
 	fs.Float64Var(&o.qps, "kube-api-qps", 20, "Client QPS to the API server (raise it with --fleet).")
 	fs.IntVar(&o.burst, "kube-api-burst", 40, "Client burst to the API server.")
@@ -136,7 +138,8 @@ func run(ctx context.Context, o options) error {
 	metrics.Register()
 	base := agent.Config{
 		KubeClient: kube, GPUClient: gpus,
-		ProbeInterval: o.probe, HeartbeatInterval: o.heartbeat, RecoveryQuietPeriod: o.quiet, MinWriteInterval: o.minWrite, UsageWriteInterval: o.usageWrite,
+		ProbeInterval: o.probe, HeartbeatInterval: o.heartbeat, StatusRefreshInterval: o.refresh, LeaseNamespace: o.leaseNamespace,
+		RecoveryQuietPeriod: o.quiet, MinWriteInterval: o.minWrite, UsageWriteInterval: o.usageWrite,
 		SchedulerName: o.schedulerName, TakeoverAfter: o.takeoverAfter,
 		TelemetryInterval: o.telemetryInterval, TelemetryWritesPerMinute: o.telemetryWritesPerMinute,
 	}
