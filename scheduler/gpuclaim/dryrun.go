@@ -17,7 +17,8 @@ import (
 type Snapshot struct {
 	Nodes    []v1.Node
 	Statuses []apiv1.GpuNodeStatus
-	Leases   []coordinationv1.Lease
+	// Leases are the GPU leases and the agents' liveness leases (apiv1.LabelAgentLiveness).
+	Leases []coordinationv1.Lease
 	// Pods are the pods whose allocation annotations count as holds (bound, not finished).
 	Pods []v1.Pod
 	// Claims tell which of those pods share their GPUs.
@@ -169,6 +170,12 @@ func ledgerOf(snap *Snapshot) *ledger {
 		l.setStatus(&snap.Statuses[i])
 	}
 	for i := range snap.Leases {
+		if _, live := snap.Leases[i].Labels[apiv1.LabelAgentLiveness]; live {
+			if node, renewed, ok := livenessOf(&snap.Leases[i]); ok {
+				l.setRenewed(node, renewed)
+			}
+			continue
+		}
 		if ref, ok := parseLease(&snap.Leases[i]); ok {
 			for _, uid := range ref.holders {
 				l.add(uid, ref.node, []int{ref.gpu}, ref.shared, fromLease)

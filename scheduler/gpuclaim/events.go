@@ -107,17 +107,15 @@ func (p *Plugin) fitsWithout(pod *v1.Pod, node string, gone types.UID) bool {
 }
 
 // mayHelp reports whether a GpuNodeStatus change can make a waiting pod schedulable: more
-// free, healthy or total GPUs, a GPU turned healthy, islands or bandwidths changed, or a stale
-// node fresh again. A heartbeat alone cannot.
+// free, healthy or total GPUs, a GPU turned healthy, islands or bandwidths changed. A heartbeat
+// alone cannot; a stale node made fresh again can, whether by its status or by its agent's
+// liveness lease, and that is the ledger's to say (becameFresh): a status's own heartbeat may be
+// 30 minutes old on a node whose lease says it lives.
 func (p *Plugin) mayHelp(oldS, newS *apiv1.GpuNodeStatus) bool {
 	if newS.Status.Free > oldS.Status.Free || newS.Status.Healthy > oldS.Status.Healthy || newS.Status.Total > oldS.Status.Total {
 		return true
 	}
-	if gainedHealthy(oldS, newS) || islandsOf(newS) != islandsOf(oldS) {
-		return true
-	}
-	return newS.Status.LastHeartbeatTime.After(oldS.Status.LastHeartbeatTime.Time) &&
-		oldS.Status.LastHeartbeatTime.Time.Before(p.clock.Now().Add(-p.freshness))
+	return gainedHealthy(oldS, newS) || islandsOf(newS) != islandsOf(oldS)
 }
 
 // gainedHealthy reports whether a GPU is Healthy in next that was not in prev.

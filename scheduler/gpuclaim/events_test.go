@@ -142,12 +142,34 @@ func TestMayHelp(t *testing.T) {
 		{"GPU recovered", base, recovered, true},
 		{"bandwidth changed", base, rewired, true},
 		{"heartbeat only", base, heartbeatOnly, false},
-		{"stale node fresh again", stale, base, true},
+		// Freshness is the ledger's to judge, with the liveness lease (becameFresh).
+		{"stale status fresh again", stale, base, false},
 		{"GPU broke", base, broke, false},
 		{"unchanged", base, base.DeepCopy(), false},
 	} {
 		if got := p.mayHelp(tt.old, tt.new); got != tt.want {
 			t.Errorf("%s: mayHelp = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestBecameFresh(t *testing.T) {
+	p := hintPlugin(t) // freshness: a minute
+	now := p.clock.Now()
+	for _, tt := range []struct {
+		name          string
+		before, after time.Time
+		want          bool
+	}{
+		{"stale to fresh", now.Add(-time.Hour), now, true},
+		{"never seen to fresh", time.Time{}, now, true},
+		{"fresh to fresher", now.Add(-30 * time.Second), now, false},
+		{"stale to less stale", now.Add(-time.Hour), now.Add(-2 * time.Minute), false},
+		{"fresh to stale (lease gone)", now, now.Add(-time.Hour), false},
+		{"unchanged stale", now.Add(-time.Hour), now.Add(-time.Hour), false},
+	} {
+		if got := p.becameFresh(tt.before, tt.after); got != tt.want {
+			t.Errorf("%s: becameFresh = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

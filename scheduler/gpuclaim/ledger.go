@@ -42,8 +42,12 @@ type gpuRef struct {
 type nodeEntry struct {
 	// base is the hardware as the agent reports it, without holders; nil until a
 	// GpuNodeStatus is seen.
-	base      *allocator.Node
-	heartbeat time.Time
+	base *allocator.Node
+	// heartbeat is the newest sign of life of the node's agent: the later of its status's
+	// LastHeartbeatTime (statusBeat) and its liveness Lease's renewTime (renewed). The agent
+	// renews the lease every few minutes and rewrites an unchanged status only every 30, so
+	// either alone would call live nodes stale (docs/node.md).
+	heartbeat, statusBeat, renewed time.Time
 	// models maps GPU ID -> product name, for the gpu_scheduler_gpus gauge only.
 	models map[int]string
 	// holds maps GPU ID -> pod UID -> hold.
@@ -345,14 +349,20 @@ func (c *ledger) entry(node string) *nodeEntry {
 	return e
 }
 
-// setStatus records the hardware of a node from its GpuNodeStatus.
-func (c *ledger) setStatus(gns *apiv1.GpuNodeStatus) {
+// setStatus records the hardware of a node from its GpuNodeStatus. It returns the node's
+// heartbeat (nodeEntry.heartbeat) before and after.
+func (c *ledger) setStatus(gns *apiv1.GpuNodeStatus) (before, after time.Time) {
 	n := nodeFromStatus(gns)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entry(nodeNameOf(gns))
+	before = e.heartbeat
+	if e.base == nil {
+		before = time.Time{} // a node without a status was never fresh
+	}
 	e.base = n
-	e.heartbeat = gns.Status.LastHeartbeatTime.Time
+	e.statusBeat = gns.Status.LastHeartbeatTime.Time
+	e.beat()
 	e.models = make(map[int]string, len(gns.Status.Devices))
 	for _, d := range gns.Status.Devices {
 		if d.Product != "" {
@@ -361,20 +371,61 @@ func (c *ledger) setStatus(gns *apiv1.GpuNodeStatus) {
 	}
 	e.recompute()
 	c.reshape(nodeNameOf(gns), e)
+	return before, e.heartbeat
 }
 
-// deleteStatus forgets a node's hardware; its holds stay until their pods go.
+// beat recomputes the entry's heartbeat from its two signs of life.
+func (e *nodeEntry) beat() {
+	e.heartbeat = e.statusBeat
+	if e.renewed.After(e.heartbeat) {
+		e.heartbeat = e.renewed
+	}
+}
+
+// deleteStatus forgets a node's hardware; its holds stay until their pods go, its liveness
+// renewals until its lease goes.
 func (c *ledger) deleteStatus(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.nodes[node]; e != nil {
 		e.base = nil
+		e.statusBeat = time.Time{}
+		e.beat()
 		e.recompute()
 		c.reshape(node, e)
-		if len(e.holds) == 0 {
-			delete(c.nodes, node)
-		}
+		c.dropIfEmpty(node, e)
 	}
+}
+
+// dropIfEmpty forgets an entry that holds nothing any more.
+func (c *ledger) dropIfEmpty(node string, e *nodeEntry) {
+	if e.base == nil && len(e.holds) == 0 && e.renewed.IsZero() {
+		delete(c.nodes, node)
+	}
+}
+
+// setRenewed records when node's agent last renewed its liveness Lease (zero: the lease went).
+// It returns the node's heartbeat before and after; both are zero while the node has no
+// GpuNodeStatus, which alone makes it schedulable.
+func (c *ledger) setRenewed(node string, renewed time.Time) (before, after time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.nodes[node]
+	if e == nil {
+		if renewed.IsZero() {
+			return time.Time{}, time.Time{}
+		}
+		e = c.entry(node)
+	}
+	before = e.heartbeat
+	e.renewed = renewed
+	e.beat()
+	after = e.heartbeat
+	c.dropIfEmpty(node, e)
+	if e.base == nil {
+		return time.Time{}, time.Time{}
+	}
+	return before, after
 }
 
 // nodeNameOf is the node a GpuNodeStatus describes: spec.nodeName, or its own name.
@@ -622,9 +673,7 @@ func (c *ledger) removeLocked(uid types.UID, node string, ids []int, src source)
 		delete(refs, ref)
 		e.recompute()
 		c.reshape(ref.node, e)
-		if e.base == nil && len(e.holds) == 0 {
-			delete(c.nodes, ref.node)
-		}
+		c.dropIfEmpty(ref.node, e)
 	}
 	if len(refs) == 0 {
 		delete(c.byPod, uid)

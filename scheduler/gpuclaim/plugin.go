@@ -212,6 +212,12 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	}
 	handlers = append(handlers, reg)
 
+	livenessFactory := newLivenessInformerFactory(p.client, *args.LeaseNamespace)
+	if reg, err = livenessFactory.Coordination().V1().Leases().Informer().AddEventHandler(p.livenessHandler()); err != nil {
+		return nil, fmt.Errorf("%s: watching the agents' liveness leases: %w", Name, err)
+	}
+	handlers = append(handlers, reg)
+
 	// Pods come from the scheduler's own informer (it excludes finished pods, so a pod that
 	// completes arrives here as a delete).
 	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(p.podHandler(ctx)); err != nil {
@@ -220,6 +226,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 
 	gpuFactory.Start(ctx.Done())
 	leaseFactory.Start(ctx.Done())
+	livenessFactory.Start(ctx.Done())
 	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for typ, ok := range gpuFactory.WaitForCacheSync(syncCtx.Done()) {
@@ -227,9 +234,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 			return nil, fmt.Errorf("%s: %v informer did not sync; are the gpu.scheduling CRDs installed and may the scheduler list them?", Name, typ)
 		}
 	}
-	for typ, ok := range leaseFactory.WaitForCacheSync(syncCtx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("%s: %v informer did not sync in namespace %q; may the scheduler list leases there?", Name, typ, *args.LeaseNamespace)
+	for _, f := range []kubeinformers.SharedInformerFactory{leaseFactory, livenessFactory} {
+		for typ, ok := range f.WaitForCacheSync(syncCtx.Done()) {
+			if !ok {
+				return nil, fmt.Errorf("%s: %v informer did not sync in namespace %q; may the scheduler list leases there?", Name, typ, *args.LeaseNamespace)
+			}
 		}
 	}
 	for _, h := range handlers {
@@ -266,8 +275,8 @@ func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
 				p.ledger.deleteStatus(nodeNameOf(gns))
 				return
 			}
-			p.ledger.setStatus(gns)
-			if prev, ok := old.(*apiv1.GpuNodeStatus); ok && (!p.inPool(prev) || p.mayHelp(prev, gns)) {
+			before, after := p.ledger.setStatus(gns)
+			if prev, ok := old.(*apiv1.GpuNodeStatus); ok && (!p.inPool(prev) || p.mayHelp(prev, gns) || p.becameFresh(before, after)) {
 				p.gpusChanged(nodeNameOf(gns))
 			}
 		},

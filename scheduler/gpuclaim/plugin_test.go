@@ -29,6 +29,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -744,5 +745,39 @@ func TestInformersDropManagedFields(t *testing.T) {
 	cached, _ := e.p.leaseLister.Leases(l.Namespace).Get(l.Name)
 	if cached.ManagedFields != nil {
 		t.Errorf("cached lease keeps managedFields %v", cached.ManagedFields)
+	}
+}
+
+// A node whose agent's status is older than the freshness limit is schedulable again once the
+// agent's liveness lease is renewed: the plugin's liveness informer sees the renewal, the node
+// turns fresh and the waiting pod is sent back to the queue. The liveness lease holds nothing.
+func TestLivenessLeaseMakesAStaleNodeSchedulable(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e.clock.Step(30 * time.Minute) // the status (written at the start) is 30 minutes old
+	pod := gpuPod("one", "one")
+	if _, st, _ := e.schedule(t, pod); st == nil || !strings.Contains(st.Message(), "GpuNodeStatus older than") {
+		t.Fatalf("status %v on a stale node; want the stale node reported", st)
+	}
+	e.p.waiting.add(pod, "ns/one", "")
+	ns := *e.p.args.LeaseNamespace
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gpu-a-agent", Labels: map[string]string{apiv1.LabelAgentLiveness: apiv1.SchedulerName}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a"), RenewTime: &metav1.MicroTime{Time: e.clock.Now()}},
+	}
+	if _, err := e.kube.CoordinationV1().Leases(ns).Create(t.Context(), lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, func() bool {
+		e.p.activateChanged(t.Context())
+		return e.activated.has("ns/one")
+	})
+	e.p.ledger.mu.RLock()
+	holds := len(e.p.ledger.nodes["a"].holds)
+	e.p.ledger.mu.RUnlock()
+	if holds != 0 {
+		t.Errorf("node a has %d GPUs held after the liveness lease came", holds)
+	}
+	if got, st, _ := e.schedule(t, gpuPod("one-again", "one")); st != nil || got != "a" {
+		t.Fatalf("scheduled on %q, status %v; want node a, fresh by its lease", got, st)
 	}
 }
