@@ -88,7 +88,7 @@ func newExplainCommand(o *Options) *cobra.Command {
 			return printExplanation(o.IO.Out, ex, time.Now())
 		},
 	}
-	cmd.Flags().DurationVar(&freshness, "status-freshness", freshness, "the scheduler's statusFreshnessSeconds: older GpuNodeStatus heartbeats make a node stale")
+	cmd.Flags().DurationVar(&freshness, "status-freshness", freshness, "the scheduler's statusFreshnessSeconds: a node whose GpuNodeStatus heartbeat and agent liveness lease renewal are both older is stale")
 	return cmd
 }
 
@@ -211,6 +211,12 @@ func loadSnapshot(ctx context.Context, kc kubernetes.Interface, dc dynamic.Inter
 		return nil, fmt.Errorf("listing GPU leases: %w", err)
 	}
 	snap.Leases = leases.Items
+	// The agents' liveness leases: a node is fresh while its status or its lease is recent.
+	live, err := kc.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelAgentLiveness})
+	if err != nil {
+		return nil, fmt.Errorf("listing the agents' liveness leases: %w", err)
+	}
+	snap.Leases = append(snap.Leases, live.Items...)
 	pods, err := kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!="})
 	if err != nil {
 		return nil, fmt.Errorf("listing bound pods: %w", err)

@@ -41,9 +41,14 @@ type GPUView struct {
 
 // NodeView is one node's GPUs.
 type NodeView struct {
-	Name string    `json:"name"`
-	Pool string    `json:"pool,omitempty"`
-	GPUs []GPUView `json:"gpus"`
+	Name string `json:"name"`
+	Pool string `json:"pool,omitempty"`
+	// Heartbeat is when the agent last wrote or confirmed the node's GpuNodeStatus; Renewed is
+	// when it last renewed its liveness lease (nil: none). The scheduler judges the node by the
+	// later of the two; an unchanged status is rewritten only every 30 minutes.
+	Heartbeat *metav1.Time `json:"heartbeat,omitempty"`
+	Renewed   *metav1.Time `json:"livenessRenewed,omitempty"`
+	GPUs      []GPUView    `json:"gpus"`
 }
 
 // Fleet is the state every command summarises.
@@ -67,6 +72,10 @@ func Load(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, ns
 	if err != nil {
 		return nil, fmt.Errorf("listing GPU leases: %w", err)
 	}
+	live, err := kc.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelAgentLiveness})
+	if err != nil {
+		return nil, fmt.Errorf("listing the agents' liveness leases: %w", err)
+	}
 	nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
@@ -76,7 +85,7 @@ func Load(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, ns
 		pools[n.Name] = n.Labels[apiv1.LabelTopology]
 	}
 	f := &Fleet{Claims: claims}
-	f.Nodes = Build(statuses, leases.Items, pools)
+	f.Nodes = Build(statuses, append(leases.Items, live.Items...), pools)
 	sort.Slice(f.Claims, func(i, j int) bool {
 		a, b := f.Claims[i], f.Claims[j]
 		if a.Namespace != b.Namespace {
@@ -105,9 +114,19 @@ func listCustom[T any](ctx context.Context, dc dynamic.Interface, resource, ns s
 
 // Build joins GpuNodeStatus objects with leases: a GPU is held when a lease names it, free when
 // it is healthy and unheld (the allocator's rule, applied to the allocator's own node model).
+// The agents' liveness leases among leases give each node's Renewed.
 func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools map[string]string) []NodeView {
 	holders := map[string]map[int][]string{}
+	renewed := map[string]*metav1.Time{}
 	for _, l := range leases {
+		if _, live := l.Labels[apiv1.LabelAgentLiveness]; live {
+			if h := l.Spec.HolderIdentity; h != nil && l.Spec.RenewTime != nil {
+				if prev := renewed[*h]; prev == nil || l.Spec.RenewTime.After(prev.Time) {
+					renewed[*h] = &metav1.Time{Time: l.Spec.RenewTime.Time}
+				}
+			}
+			continue
+		}
 		node := l.Labels[apiv1.LabelLeaseNode]
 		id, err := strconv.Atoi(l.Labels[apiv1.LabelLeaseGPU])
 		if node == "" || err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
@@ -130,7 +149,10 @@ func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools 
 		for _, d := range gns.Status.Devices {
 			byID[d.ID] = d
 		}
-		nv := NodeView{Name: an.Name, Pool: pools[an.Name]}
+		nv := NodeView{Name: an.Name, Pool: pools[an.Name], Renewed: renewed[an.Name]}
+		if hb := gns.Status.LastHeartbeatTime; !hb.IsZero() {
+			nv.Heartbeat = &hb
+		}
 		for _, g := range an.GPUs {
 			d := byID[int32(g.ID)]
 			h := holders[an.Name][g.ID]

@@ -134,3 +134,31 @@ func TestStaleness(t *testing.T) {
 		t.Errorf("shared lease judged stale (%q): shared leases are never provably stale", got)
 	}
 }
+
+// A node's liveness lease gives its Renewed, never holders; the wide table shows how old the
+// status heartbeat and the renewal are.
+func TestBuildReadsLivenessLeases(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	n1 := node("n1", dev(0, "a", apiv1.Healthy))
+	n1.Status.LastHeartbeatTime = metav1.NewTime(now.Add(-25 * time.Minute))
+	live := coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-n1-agent", Labels: map[string]string{apiv1.LabelAgentLiveness: apiv1.SchedulerName}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("n1"), RenewTime: &metav1.MicroTime{Time: now.Add(-2 * time.Minute)}},
+	}
+	nodes := Build([]apiv1.GpuNodeStatus{n1}, []coordinationv1.Lease{live}, nil)
+	if len(nodes) != 1 || nodes[0].Renewed == nil || !nodes[0].Renewed.Equal(&metav1.Time{Time: live.Spec.RenewTime.Time}) {
+		t.Fatalf("nodes = %+v, want n1 renewed at %s", nodes, live.Spec.RenewTime)
+	}
+	if g := nodes[0].GPUs[0]; len(g.Holders) != 0 || !g.Free {
+		t.Errorf("GPU 0 = %+v: the liveness lease made it held", g)
+	}
+	var out bytes.Buffer
+	if err := printNodes(&out, nodes, true, false, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"HEARTBEAT", "LIVENESS", "25m", "2m"} {
+		if !bytes.Contains(out.Bytes(), []byte(want)) {
+			t.Errorf("wide output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -37,7 +38,7 @@ func newNodesCommand(o *Options) *cobra.Command {
 			if done, err := o.printData(o.IO.Out, nodes); done || err != nil {
 				return err
 			}
-			return printNodes(o.IO.Out, nodes, o.Output == "wide", isTerminal(o.IO.Out))
+			return printNodes(o.IO.Out, nodes, o.Output == "wide", isTerminal(o.IO.Out), time.Now())
 		},
 	}
 }
@@ -48,12 +49,13 @@ func isTerminal(w io.Writer) bool {
 }
 
 // printNodes writes one line per GPU, grouped by node and island; colour marks free (green),
-// held (yellow) and unhealthy (red) GPUs on a terminal only.
-func printNodes(out io.Writer, nodes []NodeView, wide, colour bool) error {
+// held (yellow) and unhealthy (red) GPUs on a terminal only. Wide output adds the ages of the
+// node's status heartbeat and of its agent's last liveness lease renewal (now - then).
+func printNodes(out io.Writer, nodes []NodeView, wide, colour bool, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	head := "NODE\tISLAND\tGPU\tSTATE\tHOLDER\tLINK"
 	if wide {
-		head += "\tMODEL\tREASON"
+		head += "\tMODEL\tREASON\tHEARTBEAT\tLIVENESS"
 	}
 	fmt.Fprintln(w, head)
 	for _, n := range nodes {
@@ -82,7 +84,7 @@ func printNodes(out io.Writer, nodes []NodeView, wide, colour bool) error {
 				if reason == "" {
 					reason = "-"
 				}
-				line += "\t" + g.Product + "\t" + reason
+				line += "\t" + g.Product + "\t" + reason + "\t" + age(n.Heartbeat, now) + "\t" + age(n.Renewed, now)
 			}
 			fmt.Fprintln(w, line)
 		}
