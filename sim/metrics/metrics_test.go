@@ -260,7 +260,7 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, sched, agent, total := Writes(a.Sub(b))
+	rows, sched, agent, total := Writes(a.Sub(b), LivenessWrites{})
 	// 20 bindings + 42 lease creates + 20 claim status; node lease PUTs and the agent apart.
 	if sched != 82 || agent != 7 || total != 139 || len(rows) != 5 {
 		t.Fatalf("scheduling %v agent %v total %v rows %d (%v)", sched, agent, total, len(rows), rows)
@@ -280,8 +280,29 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, sched, agent, total := Writes(dra); sched != 60 || agent != 3 || total != 93 {
+	if _, sched, agent, total := Writes(dra, LivenessWrites{}); sched != 60 || agent != 3 || total != 93 {
 		t.Fatalf("DRA: scheduling %v agent %v total %v, want 60, 3, 93 (kwok's pod status PATCHes apart)", sched, agent, total)
+	}
+	// The agents' liveness lease writes (2 creates, 30 renewals) leave the lease rows for rows of
+	// their own: not scheduling writes (the 42 lease POSTs held 2 of them), not kwok's renewals.
+	rows, sched, agent, total = Writes(a.Sub(b), LivenessWrites{Creates: 2, Renewals: 30})
+	if sched != 80 || agent != 7 || total != 139 {
+		t.Fatalf("with liveness: scheduling %v agent %v total %v, want 80, 7, 139", sched, agent, total)
+	}
+	got := map[string]float64{}
+	for _, r := range rows {
+		got[r.Key.String()] = r.Count
+		if r.Scheduling && r.Key.Subresource == livenessSubresource {
+			t.Errorf("row %s counted as scheduling", r.Key)
+		}
+	}
+	for k, want := range map[string]float64{
+		"POST leases.coordination.k8s.io/(agent liveness)": 2, "PUT leases.coordination.k8s.io/(agent liveness)": 30,
+		"POST leases.coordination.k8s.io": 40, "PUT leases.coordination.k8s.io": 20,
+	} {
+		if got[k] != want {
+			t.Errorf("row %s = %v, want %v (rows %v)", k, got[k], want, got)
+		}
 	}
 	if _, err := ParseRequestTotals(`apiserver_request_total{verb="POST} 1`); err == nil {
 		t.Fatal("malformed labels parsed")

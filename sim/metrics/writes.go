@@ -123,6 +123,22 @@ type WriteRow struct {
 	Scheduling bool `json:"scheduling"`
 }
 
+// LivenessWrites are the node agents' liveness lease writes (package agent/liveness), counted
+// by the agents themselves: in the apiserver's apiserver_request_total they are lease POSTs and
+// PUTs like GPU lease creates (scheduling writes) and kwok's node lease renewals.
+type LivenessWrites struct {
+	Creates, Renewals float64
+}
+
+// Sub is w - before.
+func (w LivenessWrites) Sub(before LivenessWrites) LivenessWrites {
+	return LivenessWrites{Creates: w.Creates - before.Creates, Renewals: w.Renewals - before.Renewals}
+}
+
+// livenessSubresource names the report's row of liveness lease writes: not an apiserver
+// subresource, a series of its own carved out of the lease writes.
+const livenessSubresource = "(agent liveness)"
+
 // SchedulingWrite says whether a write series is part of placing pods: bindings, GPU lease
 // creates (conflicts included), claim writes and pod patches; for DRA, every ResourceClaim
 // write but the delete (kube-controller-manager makes a claim per pod from its template, names
@@ -132,14 +148,14 @@ type WriteRow struct {
 // pre-made claims (created before the clock) do not show. It leaves out
 // lease and ResourceClaim deletes (releases), events, the workload's own pod and pre-made GpuClaim
 // creates, kwok's pod status updates and node heartbeats (lease PUTs), and the agent's
-// GpuNodeStatus and ResourceSlice writes, which the report lists apart.
+// GpuNodeStatus, ResourceSlice and liveness lease writes, which the report lists apart.
 func SchedulingWrite(k RequestKey) bool {
 	switch {
 	case k.Resource == "pods" && k.Subresource == "binding" && k.Verb == "POST":
 		return true
 	case k.Resource == "pods" && k.Subresource == "" && (k.Verb == "PATCH" || k.Verb == "PUT"):
 		return true
-	case k.Resource == "leases" && k.Verb == "POST":
+	case k.Resource == "leases" && k.Verb == "POST" && k.Subresource == "":
 		return true
 	case k.Resource == "gpuclaims":
 		return true
@@ -153,8 +169,13 @@ func SchedulingWrite(k RequestKey) bool {
 	return false
 }
 
-// Writes summarises the write series of a diff, largest first.
-func Writes(diff RequestCounts) (rows []WriteRow, scheduling, agent, total float64) {
+// Writes summarises the write series of a diff, largest first. agent counts the agents'
+// GpuNodeStatus and ResourceSlice writes. The agents' liveness lease writes are taken out of
+// the lease POST and PUT series into rows of their own (subresource "(agent liveness)"): agent
+// writes, never scheduling writes, and left out of agent so that it keeps meaning what it
+// meant in earlier reports (the caller has them apart, in liveness).
+func Writes(diff RequestCounts, liveness LivenessWrites) (rows []WriteRow, scheduling, agent, total float64) {
+	diff = carveLiveness(diff, liveness)
 	for k, v := range diff {
 		if !IsWrite(k.Verb) {
 			continue
@@ -176,4 +197,32 @@ func Writes(diff RequestCounts) (rows []WriteRow, scheduling, agent, total float
 		return rows[i].Key.String() < rows[j].Key.String()
 	})
 	return rows, scheduling, agent, total
+}
+
+// carveLiveness moves the liveness lease writes out of the lease series they hide in (never
+// below zero: the agents count the requests they sent, the apiserver those it answered).
+func carveLiveness(diff RequestCounts, l LivenessWrites) RequestCounts {
+	if l.Creates <= 0 && l.Renewals <= 0 {
+		return diff
+	}
+	out := make(RequestCounts, len(diff)+2)
+	for k, v := range diff {
+		out[k] = v
+	}
+	for verb, n := range map[string]float64{"POST": l.Creates, "PUT": l.Renewals} {
+		if n <= 0 {
+			continue
+		}
+		k := RequestKey{Verb: verb, Group: "coordination.k8s.io", Resource: "leases"}
+		moved := min(n, out[k])
+		if out[k] -= moved; out[k] <= 0 {
+			delete(out, k)
+		}
+		if moved > 0 {
+			lk := k
+			lk.Subresource = livenessSubresource
+			out[lk] = moved
+		}
+	}
+	return out
 }

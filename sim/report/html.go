@@ -231,7 +231,7 @@ th{background:#f3f3f3}.pass{color:#080;font-weight:bold}.fail{color:#c00;font-we
 <h2>API writes during the workload</h2>
 <div class="side">{{range .R.Runs}}<div><h3>{{title .Mode}}</h3><table><tr><th>request</th><th>count</th><th>scheduling</th></tr>
 {{range .Writes}}<tr><td>{{.Key}}</td><td>{{printf "%.0f" .Count}}</td><td>{{if .Scheduling}}yes{{end}}</td></tr>{{end}}</table></div>{{end}}</div>
-<p class="note">Scheduling writes: pod bindings, GPU lease creates (conflicts included), GpuClaim writes and pod patches. Lease deletes (releases), the workload's own creates, kwok's status updates and node heartbeats, events and the agent's GpuNodeStatus writes are listed but not counted as scheduling writes.</p>
+<p class="note">Scheduling writes: pod bindings, GPU lease creates (conflicts included), GpuClaim writes and pod patches. Lease deletes (releases), the workload's own creates, kwok's status updates and node heartbeats, events, the agent's GpuNodeStatus writes and its liveness lease writes (the rows marked "(agent liveness)": counted by the agents, taken out of the lease rows) are listed but not counted as scheduling writes.</p>
 <h2>Peak memory by process</h2>
 <div class="side">{{range .R.Runs}}<div><h3>{{title .Mode}}</h3><table>{{range $k, $v := .PeakRSSByProcess}}<tr><td>{{$k}}</td><td>{{printf "%d MiB" (shift $v)}}</td></tr>{{end}}</table></div>{{end}}</div>
 <h2>CPU time during the workload by process</h2>

@@ -243,6 +243,9 @@ func (r *Report) rows() [][]string {
 		}},
 		{"events / pod", func(x *runner.RunResult) string { return fmt.Sprintf("%.2f", x.EventsPerPod) }},
 		{"agent status writes / pod", func(x *runner.RunResult) string { return fmt.Sprintf("%.2f", x.AgentWritesPerPod) }},
+		{"agent liveness lease writes / pod", func(x *runner.RunResult) string {
+			return fmt.Sprintf("%.2f (%.0f in all)", x.LivenessWritesPerPod, x.LivenessWrites)
+		}},
 		{"island-local multi-GPU pods", func(x *runner.RunResult) string {
 			return fmt.Sprintf("%s (%d of %d where a free island fit; %d multi-GPU)", pct(x.Metrics.IslandLocalRatio), x.Metrics.IslandLocal, x.Metrics.IslandPossible, x.Metrics.MultiGPU)
 		}},

@@ -11,10 +11,12 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/liveness"
 	agentmetrics "github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
 )
 
 // inProcessFleet runs the production agent fleet (package agent/fleet: one agent loop per kwok
@@ -29,6 +31,11 @@ func (p inProcessFleet) SlicesPublished() int {
 		return 0
 	}
 	return p.pub.Published()
+}
+
+func (p inProcessFleet) LivenessWrites() metrics.LivenessWrites {
+	creates, renewals := liveness.Writes()
+	return metrics.LivenessWrites{Creates: float64(creates), Renewals: float64(renewals)}
 }
 
 func (p inProcessFleet) Inject(_ context.Context, node string, gpu int, fault string) error {

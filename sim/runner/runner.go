@@ -86,6 +86,10 @@ type Fleet interface {
 	Inject(ctx context.Context, node string, gpu int, fault string) error
 	// SlicesPublished is how many nodes have their ResourceSlice written (FleetOptions.DRA).
 	SlicesPublished() int
+	// LivenessWrites is how many liveness lease creates and renewals the agents have sent so
+	// far: the apiserver's request counter cannot tell them from GPU lease creates and kwok's
+	// node lease renewals, so the report takes them from the agents.
+	LivenessWrites() metrics.LivenessWrites
 }
 
 // StartFleetFunc starts the agent fleet for the nodes of a cluster.
@@ -150,12 +154,16 @@ type RunResult struct {
 	// Writes are the apiserver's write requests during the workload, by verb and resource.
 	Writes           []metrics.WriteRow `json:"writes"`
 	SchedulingWrites float64            `json:"schedulingWrites"`
-	AgentWrites      float64            `json:"agentWrites"`
-	Events           float64            `json:"events"`
+	// AgentWrites are the agents' GpuNodeStatus and ResourceSlice writes; LivenessWrites their
+	// liveness lease writes (creates and renewals), which the kubelet-like liveness signal costs.
+	AgentWrites    float64 `json:"agentWrites"`
+	LivenessWrites float64 `json:"livenessWrites"`
+	Events         float64 `json:"events"`
 	// Per bound pod.
 	SchedulingWritesPerPod float64 `json:"schedulingWritesPerPod"`
 	EventsPerPod           float64 `json:"eventsPerPod"`
 	AgentWritesPerPod      float64 `json:"agentWritesPerPod"`
+	LivenessWritesPerPod   float64 `json:"livenessWritesPerPod"`
 	MeanGPUsPerPod         float64 `json:"meanGPUsPerPod"`
 	// LeasesLeft are GPU leases still present after every pod was deleted.
 	LeasesLeft int `json:"leasesLeft"`
@@ -539,6 +547,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	if err != nil {
 		return nil, err
 	}
+	livenessBefore := fleet.LivenessWrites()
 	workers := 32
 	if len(plan) > 2000 {
 		workers = 64
@@ -630,6 +639,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	if err != nil {
 		return nil, err
 	}
+	liveness := fleet.LivenessWrites().Sub(livenessBefore)
 	if o.LogDir != "" {
 		// Where each pod's time went, and how the scheduler's queue moved them: read beside
 		// the components' logs when a figure needs explaining.
@@ -745,7 +755,8 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	rec.mu.Unlock()
 	diff := after.Sub(before)
 	var total64 float64
-	res.Writes, res.SchedulingWrites, res.AgentWrites, total64 = metrics.Writes(diff)
+	res.Writes, res.SchedulingWrites, res.AgentWrites, total64 = metrics.Writes(diff, liveness)
+	res.LivenessWrites = liveness.Creates + liveness.Renewals
 	_ = total64
 	for k, v := range diff {
 		if k.Resource == "events" && metrics.IsWrite(k.Verb) {
@@ -762,6 +773,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		res.SchedulingWritesPerPod = res.SchedulingWrites / b
 		res.EventsPerPod = res.Events / b
 		res.AgentWritesPerPod = res.AgentWrites / b
+		res.LivenessWritesPerPod = res.LivenessWrites / b
 		gpus := 0
 		for _, p := range in.Pods {
 			if p.BoundOK {
