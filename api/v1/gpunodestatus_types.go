@@ -63,9 +63,10 @@ type GpuNodeStatusStatus struct {
 	// Free is the number of Healthy GPUs nobody holds.
 	// +optional
 	Free int32 `json:"free,omitempty"`
-	// LastHeartbeatTime is when the agent last confirmed this status. The agent writes only on
-	// change, and at least once per heartbeat interval; the scheduler ignores nodes whose
-	// heartbeat is older than its freshness limit.
+	// LastHeartbeatTime is when the agent last wrote or confirmed this status. The agent writes
+	// on change, and at least once per refresh interval (30 minutes by default); its liveness is
+	// its Lease gpu-{node}-agent, renewed every few minutes. The scheduler ignores nodes whose
+	// heartbeat and lease renewal are both older than its freshness limit.
 	// +optional
 	LastHeartbeatTime metav1.Time `json:"lastHeartbeatTime,omitempty"`
 	// TelemetryTime is when the utilisation, memory, temperature, power and error counters of

@@ -457,7 +457,11 @@ func checkAccessReviews(t *testing.T, ctx context.Context, e *installEnv) {
 		{agentSA, "update", gpu, "gpunodestatuses", "status", "", "", true},
 		{agentSA, "patch", "", "nodes", "", "", "", true},
 		{agentSA, "watch", coord, "leases", "", releaseNamespace, "", true},
-		{agentSA, "create", coord, "leases", "", releaseNamespace, "", false},
+		// Its liveness lease; the node restriction policy keeps it off every other lease.
+		{agentSA, "create", coord, "leases", "", releaseNamespace, "", true},
+		{agentSA, "update", coord, "leases", "", releaseNamespace, "", true},
+		{agentSA, "delete", coord, "leases", "", releaseNamespace, "", false},
+		{agentSA, "create", coord, "leases", "", "default", "", false},
 		{agentSA, "list", coord, "leases", "", "default", "", false},
 		{agentSA, "delete", "", "nodes", "", "", "", false},
 		{agentSA, "get", "", "secrets", "", "kube-system", "", false},
@@ -604,13 +608,29 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		wantForbidden(t, "agent deletes a node", err)
 		_, err = agent.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 		wantForbidden(t, "agent lists secrets in kube-system", err)
-		_, err = agent.CoordinationV1().Leases(releaseNamespace).Create(ctx, lease("gpu-"+e.gpuNode+"-0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		wantForbidden(t, "agent creates a GPU lease", err)
 
-		// RBAC lets agents patch nodes; the chart's ValidatingAdmissionPolicy narrows that to
-		// the gpu.scheduling/ labels of the agent's own node.
+		// RBAC lets agents patch nodes and create leases; the chart's ValidatingAdmissionPolicy
+		// narrows that to the gpu.scheduling/ labels of the agent's own node and to its own
+		// node's liveness lease.
 		const policy = agentSA + "-node-restriction"
 		dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+		dryCreate := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		live := func(name string, labels map[string]string) *coordinationv1.Lease {
+			l := lease(name)
+			l.Labels = labels
+			return l
+		}
+		liveLabel := map[string]string{apiv1.LabelAgentLiveness: "gpu-scheduler"}
+		leases := agent.CoordinationV1().Leases(releaseNamespace)
+		if _, err := leases.Create(ctx, live("gpu-"+e.gpuNode+"-agent", liveLabel), dryCreate); err != nil {
+			t.Errorf("agent creates its liveness lease: %v", err)
+		}
+		_, err = leases.Create(ctx, lease("gpu-"+e.gpuNode+"-0"), dryCreate)
+		wantDeniedBy(t, "agent creates a GPU lease", err, policy)
+		_, err = leases.Create(ctx, live("gpu-"+cluster.NodeName("system", 0)+"-agent", liveLabel), dryCreate)
+		wantDeniedBy(t, "agent creates another node's liveness lease", err, policy)
+		_, err = leases.Create(ctx, live("gpu-"+e.gpuNode+"-agent", map[string]string{apiv1.LabelAgentLiveness: "x", apiv1.LabelLeaseNode: e.gpuNode}), dryCreate)
+		wantDeniedBy(t, "agent creates its liveness lease labelled as a GPU lease", err, policy)
 		other := cluster.NodeName("system", 0)
 		_, err = agent.CoreV1().Nodes().Patch(ctx, other, types.MergePatchType, patch, dry)
 		wantDeniedBy(t, "agent labels another node", err, policy)
@@ -732,7 +752,8 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 
 	// The agent binary with its pod-bound token and the DaemonSet's arguments. This machine has
 	// no NVML, so it reports its node's GPUs as Unknown: what matters here is that it reads the
-	// node and the leases and writes its GpuNodeStatus without being refused anything.
+	// node and the leases, writes its GpuNodeStatus and renews its liveness lease without being
+	// refused anything.
 	t.Run("agent binary", func(t *testing.T) {
 		before, err := e.gpu.GpuV1().GpuNodeStatuses().Get(ctx, e.gpuNode, metav1.GetOptions{})
 		if err != nil {
@@ -748,6 +769,13 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		})
 		if err != nil {
 			t.Fatalf("gpu-agent did not write GpuNodeStatus %s: %v\n%s", e.gpuNode, err, proc.LogTail(30))
+		}
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := e.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, "gpu-"+e.gpuNode+"-agent", metav1.GetOptions{})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Errorf("gpu-agent did not create its liveness lease: %v\n%s", err, proc.LogTail(30))
 		}
 		t.Logf("agent log:\n%s", proc.LogTail(20))
 		if err := proc.Stop(10 * time.Second); err != nil {
