@@ -353,7 +353,7 @@ func printExplanation(w io.Writer, ex *Explanation, now time.Time) error {
 	if ex.ClaimMissing {
 		return nil
 	}
-	fmt.Fprintf(w, "Dry run of the scheduler's GPU filter on %d nodes (GpuNodeStatus older than %s is stale):\n", len(ex.DryRun.Nodes), ex.Freshness.Duration)
+	fmt.Fprintf(w, "Dry run of the scheduler's GPU filter on %d nodes (a node whose GpuNodeStatus and agent liveness lease are older than %s is stale):\n", len(ex.DryRun.Nodes), ex.Freshness.Duration)
 	for _, l := range SummaryLines(ex.DryRun) {
 		fmt.Fprintln(w, "  "+l)
 	}

@@ -17,7 +17,7 @@ import (
 const (
 	reasonSelector  = "node does not match the GpuClaim's selector"
 	reasonNoStatus  = "node has no GpuNodeStatus"
-	reasonStale     = "node's GpuNodeStatus is stale"
+	reasonStale     = "node's agent is silent: its GpuNodeStatus and liveness lease are stale"
 	reasonNoFit     = "not enough healthy free GPUs for the GpuClaim"
 	reasonNotPinned = "node is not the one the pod's gpu-scheduling-map entry names"
 	reasonCapped    = "GPU candidates were capped (maxCandidateNodes); the pod is retried with every node before anything is preempted"

@@ -755,7 +755,7 @@ func TestLivenessLeaseMakesAStaleNodeSchedulable(t *testing.T) {
 	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	e.clock.Step(30 * time.Minute) // the status (written at the start) is 30 minutes old
 	pod := gpuPod("one", "one")
-	if _, st, _ := e.schedule(t, pod); st == nil || !strings.Contains(st.Message(), "GpuNodeStatus older than") {
+	if _, st, _ := e.schedule(t, pod); st == nil || !strings.Contains(st.Message(), "GpuNodeStatus and agent liveness lease older than") {
 		t.Fatalf("status %v on a stale node; want the stale node reported", st)
 	}
 	e.p.waiting.add(pod, "ns/one", "")

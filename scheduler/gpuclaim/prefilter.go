@@ -225,7 +225,7 @@ func (p *Plugin) preFilterPinned(cs fwk.CycleState, pod *v1.Pod, claim *apiv1.Gp
 		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node %s has no GpuNodeStatus (no gpu-agent reports it)", node))
 	}
 	if heartbeat.Before(oldest) {
-		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GpuNodeStatus of node %s is older than %s", node, p.freshness))
+		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GpuNodeStatus of node %s and its agent's liveness lease are older than %s", node, p.freshness))
 	}
 	var unfit *allocator.Unfit
 	if errors.As(err, &unfit) {
@@ -316,7 +316,7 @@ func (p *Plugin) noNodeMessage(key string, req *allocator.Request, stale int) st
 	}
 	msg := fmt.Sprintf("no node has %s for GpuClaim %s", what, key)
 	if stale > 0 {
-		msg += fmt.Sprintf(" (%d nodes ignored: GpuNodeStatus older than %s)", stale, p.freshness)
+		msg += fmt.Sprintf(" (%d nodes ignored: GpuNodeStatus and agent liveness lease older than %s)", stale, p.freshness)
 	}
 	return msg
 }
