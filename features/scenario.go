@@ -112,6 +112,7 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerWorkloadSteps(sc)
 	registerLeaseSteps(sc)
 	registerHealthSteps(sc)
+	registerLivenessSteps(sc)
 	registerLifecycleSteps(sc)
 	registerWebhookSteps(sc)
 	registerValidationSteps(sc)
