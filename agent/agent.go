@@ -77,10 +77,10 @@ type Config struct {
 	// changed: usage is informational (the scheduler's leases are the lock, and kubectl gpu
 	// reads the leases too), so it need not cause writes of its own. Default (0): the heartbeat
 	// interval (3 minutes), so usage is at most that old, as before the status refresh became
-	// longer; it also rides along with health writes. At 30 s (the default until 2026-11-25) a 10,000-pod burst on 5,000 nodes
-	// made 12,200 GpuNodeStatus writes, more than its 10,000 claim status writes, and every one
-	// reaches every GpuNodeStatus watcher (docs/benchmarks.md). Negative: MinWriteInterval
-	// (usage written at once).
+	// longer; it also rides along with health writes. At 30 s (the default until 2026-11-25)
+	// a 10,000-pod burst on 5,000 nodes made 12,200 GpuNodeStatus writes, more than its 10,000
+	// claim status writes, and every one reaches every GpuNodeStatus watcher
+	// (docs/benchmarks.md). Negative: MinWriteInterval (usage written at once).
 	UsageWriteInterval time.Duration
 	// RecoveryQuietPeriod is how long an answering GPU must stay free of critical events
 	// before an event fault clears. Default 5m.
