@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
@@ -72,6 +73,10 @@ func TestFleetOnRealControlPlane(t *testing.T) {
 	cfg.QPS, cfg.Burst = 500, 1000
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	gpus := versioned.NewForConfigOrDie(cfg)
+	// The lease namespace, where every agent renews its liveness lease.
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpu-scheduler"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	const perPool = 20
 	nodeTopology := map[string]string{}
@@ -143,7 +148,28 @@ func TestFleetOnRealControlPlane(t *testing.T) {
 		return nil
 	})
 
-	// Nothing changes for a while: no status is rewritten (the heartbeat is an hour away).
+	// Every agent renewed its liveness lease at once on start: one lease per node, the node's
+	// own, owned by the node, never labelled as a GPU lease.
+	poll(t, ctx, "a liveness lease for every node", func() error {
+		list, err := kube.CoordinationV1().Leases("gpu-scheduler").List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelAgentLiveness})
+		if err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		for _, l := range list.Items {
+			node := ptr.Deref(l.Spec.HolderIdentity, "")
+			if name, _ := apiv1.AgentLeaseName(node); name != l.Name || l.Spec.RenewTime == nil || len(l.OwnerReferences) != 1 || l.Labels[apiv1.LabelLeaseNode] != "" {
+				return fmt.Errorf("lease %s: holder %q, renewed %v, owners %v, labels %v", l.Name, node, l.Spec.RenewTime, l.OwnerReferences, l.Labels)
+			}
+			seen[node] = true
+		}
+		if len(seen) != len(nodeTopology) {
+			return fmt.Errorf("%d liveness leases for %d nodes", len(seen), len(nodeTopology))
+		}
+		return nil
+	})
+
+	// Nothing changes for a while: no status is rewritten (the refresh is 30 minutes away).
 	before := map[string]string{}
 	for name, st := range all {
 		before[name] = st.ResourceVersion
