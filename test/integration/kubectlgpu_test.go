@@ -95,15 +95,32 @@ func TestKubectlGPUGolden(t *testing.T) {
 	if _, err := env.kube.CoordinationV1().Leases(leaseNamespace).Create(t.Context(), l, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating lease %s: %v", l.Name, err)
 	}
+	// The node's agent renewed its liveness lease two minutes ago.
+	live := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-" + node + "-agent", Labels: map[string]string{apiv1.LabelAgentLiveness: apiv1.SchedulerName}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), RenewTime: &metav1.MicroTime{Time: time.Now().Add(-2 * time.Minute)}},
+	}
+	if _, err := env.kube.CoordinationV1().Leases(leaseNamespace).Create(t.Context(), live, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating lease %s: %v", live.Name, err)
+	}
 	t.Cleanup(func() {
 		_ = env.kube.CoordinationV1().Leases(leaseNamespace).Delete(t.Context(), l.Name, metav1.DeleteOptions{})
+		_ = env.kube.CoordinationV1().Leases(leaseNamespace).Delete(t.Context(), live.Name, metav1.DeleteOptions{})
 		_ = env.gpu.GpuV1().GpuNodeStatuses().Delete(t.Context(), node, metav1.DeleteOptions{})
 	})
 	ns := namespace(t, "kgpu")
 	createClaim(t, ns, "wants-two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}})
 
 	golden(t, "kubectl-gpu-nodes", runGPU(t, "nodes", node))
-	golden(t, "kubectl-gpu-nodes-wide", runGPU(t, "nodes", node, "-o", "wide"))
+	// The wide table ends in the ages of the status heartbeat (seconds) and of the liveness
+	// lease renewal (2m and some seconds): the seconds vary from run to run, and so does the
+	// padding, so ages become <age> and columns one space apart.
+	ages := regexp.MustCompile(`\b\d+[smhdy](\d+s)?\b`)
+	var wide []string
+	for _, line := range strings.Split(strings.TrimSpace(runGPU(t, "nodes", node, "-o", "wide")), "\n") {
+		wide = append(wide, strings.Join(strings.Fields(ages.ReplaceAllString(line, "<age>")), " "))
+	}
+	golden(t, "kubectl-gpu-nodes-wide", strings.Join(wide, "\n")+"\n")
 	golden(t, "kubectl-gpu-top", runGPU(t, "top", node, "-o", "wide"))
 	// health lists every node of the shared cluster: keep only this test's node.
 	var mine []string
