@@ -43,6 +43,9 @@ import (
 const DefaultTelemetryWritesPerMinute = -1
 
 // Config configures an Agent. Zero durations take the defaults.
+// DefaultUsageWriteInterval is Config.UsageWriteInterval's default.
+const DefaultUsageWriteInterval = 10 * time.Minute
+
 type Config struct {
 	// NodeName is the node whose GPUs these are.
 	NodeName string
@@ -75,12 +78,17 @@ type Config struct {
 	MinWriteInterval time.Duration
 	// UsageWriteInterval is the shortest time between two status writes when only inUseBy
 	// changed: usage is informational (the scheduler's leases are the lock, and kubectl gpu
-	// reads the leases too), so it need not cause writes of its own. Default (0): the heartbeat
-	// interval (3 minutes), so usage is at most that old, as before the status refresh became
-	// longer; it also rides along with health writes. At 30 s (the default until 2026-11-25)
-	// a 10,000-pod burst on 5,000 nodes made 12,200 GpuNodeStatus writes, more than its 10,000
-	// claim status writes, and every one reaches every GpuNodeStatus watcher
-	// (docs/benchmarks.md). Negative: MinWriteInterval (usage written at once).
+	// reads the leases too), so it need not cause writes of its own; it also rides along with
+	// health writes and the status refresh. Default DefaultUsageWriteInterval (10 minutes), on
+	// its own, not the liveness interval: a node whose last status write was longer ago than
+	// this writes at the first change of usage, so at 3 minutes a burst of pods onto 5,000
+	// nodes made up to 5,000 status writes of ~5.7 ms of apiserver CPU each within the
+	// burst (scale-5k, 2026-11-25 23:31: 0.33 per pod, 2.74x stock's CPU per pod), and a busy
+	// cluster pays ~28 a second at 5,000 nodes, the heartbeat cost the liveness Lease took
+	// away. At 10 minutes a busy 5,000-node cluster pays ~8 a second, and inUseBy and Free
+	// are at most 10 minutes old. At 30 s (the default until 2026-11-25) a 10,000-pod burst
+	// on 5,000 nodes made 12,200 GpuNodeStatus writes, more than its 10,000 claim status
+	// writes (docs/benchmarks.md). Negative: MinWriteInterval (usage written at once).
 	UsageWriteInterval time.Duration
 	// RecoveryQuietPeriod is how long an answering GPU must stay free of critical events
 	// before an event fault clears. Default 5m.
@@ -146,7 +154,7 @@ func (c *Config) validate() error {
 	}
 	c.MinWriteInterval = max(c.MinWriteInterval, 0)
 	if c.UsageWriteInterval == 0 {
-		c.UsageWriteInterval = c.HeartbeatInterval
+		c.UsageWriteInterval = DefaultUsageWriteInterval
 	}
 	c.UsageWriteInterval = max(c.UsageWriteInterval, 0)
 	if c.TelemetryInterval == 0 {

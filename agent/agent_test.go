@@ -383,17 +383,21 @@ func TestInUseByFromLeases(t *testing.T) {
 	}
 }
 
-// By default usage causes no write of its own: it goes out with the next heartbeat, not at once
-// (the harness writes any other change at once: MinWriteInterval -1).
-func TestInUseByRidesAlongWithTheHeartbeat(t *testing.T) {
-	h := newHarnessWith(t, mock.PCIeNVLinkPairs, nvml.SUCCESS, func(c *agent.Config) { c.HeartbeatInterval = time.Minute })
+// By default usage causes no write of its own for DefaultUsageWriteInterval after the last
+// write, whatever the liveness interval: with the interval tied to a 3-minute liveness, a burst
+// of pods made nearly every node of scale-5k write its status within the burst (the harness
+// writes any other change at once: MinWriteInterval -1).
+func TestInUseByWaitsForTheUsageInterval(t *testing.T) {
+	h := newHarnessWith(t, mock.PCIeNVLinkPairs, nvml.SUCCESS, func(c *agent.Config) {
+		c.HeartbeatInterval, c.StatusRefreshInterval = time.Minute, 2*time.Hour
+	})
 	first := h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 8 })
 	addTwoLeases(t, h)
 	h.agent.Poke()
-	st := h.until("inUseBy with the heartbeat", 70, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 6 })
-	// The heartbeat comes 48-60 s after the last write (a fixed jitter of up to 20 % per node).
-	if gap := st.Status.LastHeartbeatTime.Sub(first.Status.LastHeartbeatTime.Time); gap < 48*time.Second {
-		t.Fatalf("inUseBy written %s after the previous write; want it to wait for the heartbeat (>= 48s)", gap)
+	limit := int(agent.DefaultUsageWriteInterval/time.Second) + 60
+	st := h.until("inUseBy after the usage interval", limit, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Free == 6 })
+	if gap := st.Status.LastHeartbeatTime.Sub(first.Status.LastHeartbeatTime.Time); gap < agent.DefaultUsageWriteInterval {
+		t.Fatalf("inUseBy written %s after the previous write; want it to wait %s", gap, agent.DefaultUsageWriteInterval)
 	}
 	if got := st.Status.Devices[1].InUseBy; len(got) != 1 || got[0] != "pod-uid-1" {
 		t.Errorf("GPU 1 inUseBy %v", got)
