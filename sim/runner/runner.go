@@ -458,10 +458,10 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		return nil, err
 	}
 	// Waited for before the agents start, not just before the clock: an agent writes its GPUs'
-	// usage at most every 30 s (agent.Config.UsageWriteInterval), so agents that started half
-	// a minute before the workload would each write their status during it (40 writes at
-	// workloads.yaml), which agents started seconds before the clock, as in the other runs,
-	// leave until after it.
+	// usage at its first change once agent.Config.UsageWriteInterval has passed since its last
+	// write (30 s when this wait was added: 40 writes inside workloads.yaml's workload from
+	// agents started half a minute before it; 10 minutes now), so the agents start as close
+	// to the clock as in the other runs.
 	if templated {
 		bar.phase("waiting for the garbage collector to know GpuClaims")
 	}
