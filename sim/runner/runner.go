@@ -541,6 +541,15 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		}
 		res.Notes = append(res.Notes, draGaps(plan)...)
 	}
+	if !external {
+		// What the processes use with nothing scheduled (node heartbeats, agent writes, resyncs):
+		// the workload pays it for as long as it lasts, so the slower run pays more of it per pod.
+		// Before the write counters are read, so that its writes count in no workload.
+		bar.phase("measuring the idle background")
+		if res.BackgroundCPU, err = measureBackground(ctx, c, createIdle); err != nil {
+			return nil, err
+		}
+	}
 	res.Setup = time.Since(began)
 
 	before, err := scrapeRequests(ctx, cs)
@@ -567,14 +576,6 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	var prof *profile.Collection
 	if o.Profile && o.LogDir != "" {
 		if prof, err = startProfiles(ctx, c, sched, schedOpts.Name, filepath.Join(o.LogDir, "profiles-"+short)); err != nil {
-			return nil, err
-		}
-	}
-	if !external {
-		// What the processes use with nothing scheduled (node heartbeats, agent writes, resyncs):
-		// the workload pays it for as long as it lasts, so the slower run pays more of it per pod.
-		bar.phase("measuring the idle background")
-		if res.BackgroundCPU, err = measureBackground(ctx, c, createIdle); err != nil {
 			return nil, err
 		}
 	}
