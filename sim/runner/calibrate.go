@@ -34,19 +34,15 @@ const createIdle = 3 * time.Second
 // faster than the workload makes them, so if anything they cost less here than inside the
 // workload and the bound drawn from them is generous.
 func measureCreates(ctx context.Context, c *cluster.Cluster, n int, create func() error) (map[string]float64, error) {
-	idleFrom, idleStart := markCPU(c), time.Now()
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(createIdle):
+	background, err := measureBackground(ctx, c, createIdle)
+	if err != nil {
+		return nil, err
 	}
-	busyFrom, busyStart := markCPU(c), time.Now()
-	idle := busyStart.Sub(idleStart)
+	from, start := markCPU(c), time.Now()
 	if err := create(); err != nil {
 		return nil, err
 	}
-	busy := time.Since(busyStart)
-	return perObject(busyFrom.until(markCPU(c)), idleFrom.until(busyFrom), busy, idle, n), nil
+	return perObject(from.until(markCPU(c)), background, time.Since(start), n), nil
 }
 
 // measureBackground is each process's CPU per second of wall time over an idle window of
@@ -68,17 +64,16 @@ func measureBackground(ctx context.Context, c *cluster.Cluster, d time.Duration)
 }
 
 // perObject is each process's CPU per object: what it spent while busy, less its background
-// rate measured over idle times busy, divided by the n objects made. A process's figure may
-// come out slightly negative when its background was noisier than its share of the work; the
-// values are left as measured so that their sum stays unbiased.
-func perObject(spent, background map[string]float64, busy, idle time.Duration, n int) map[string]float64 {
-	if n <= 0 || idle <= 0 {
+// rate (CPU seconds per second, measureBackground) times busy, divided by the n objects made. A
+// process's figure may come out slightly negative when its background was noisier than its
+// share of the work; the values are left as measured so that their sum stays unbiased.
+func perObject(spent, background map[string]float64, busy time.Duration, n int) map[string]float64 {
+	if n <= 0 {
 		return nil
 	}
-	scale := busy.Seconds() / idle.Seconds()
 	out := make(map[string]float64, len(spent))
 	for name, s := range spent {
-		out[name] = (s - background[name]*scale) / float64(n)
+		out[name] = (s - background[name]*busy.Seconds()) / float64(n)
 	}
 	return out
 }
