@@ -15,6 +15,22 @@ Feature: GPU leases make an allocation atomic across schedulers
     And no GPU is held twice
     And the agents report the leased GPUs in use
 
+  Scenario: Two schedulers divide the pods, and one takes over when the other stops
+    Two gpu-scheduler processes serve one profile without leader election. Each announces
+    itself with a peer lease and schedules the pods it owns by a hash of the pod over the live
+    peers, so both bind pods and neither races the other for every pod. One that stops
+    deletes its lease, and the other schedules every pod from then on.
+    Given a second gpu-scheduler is running
+    When 12 pods each claim 1 GPU
+    Then 12 of them are bound and 0 stay pending
+    And both gpu-schedulers bound some of those pods
+    And no GPU is held twice
+    When the second gpu-scheduler stops
+    Then its peer lease is gone
+    When 2 more pods each claim 1 GPU
+    Then 14 of them are bound and 0 stay pending
+    And no GPU is held twice
+
   Scenario: A lease held by a live pod is never taken over
     Given a second gpu-scheduler is running
     And pod "holder" claims 4 GPUs

@@ -3,12 +3,16 @@ package features
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cucumber/godog"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -18,6 +22,9 @@ import (
 // Steps about the GPU leases and the scheduler processes that race for them.
 func registerLeaseSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^a second gpu-scheduler is running$`, secondScheduler)
+	sc.Step(`^both gpu-schedulers bound some of those pods$`, bothSchedulersBound)
+	sc.Step(`^the second gpu-scheduler stops$`, stopSecondScheduler)
+	sc.Step(`^its peer lease is gone$`, secondPeerLeaseGone)
 	sc.Step(`^the gpu-scheduler is killed$`, killScheduler)
 	sc.Step(`^the gpu-scheduler is killed as soon as (\d+) of them (?:is|are) bound$`, killSchedulerAfter)
 	sc.Step(`^a new gpu-scheduler is started$`, startScheduler)
@@ -32,7 +39,7 @@ func registerLeaseSteps(sc *godog.ScenarioContext) {
 func secondScheduler(ctx context.Context) error {
 	st := state(ctx)
 	sched, err := launch.StartScheduler(ctx, st.suite.cluster, launch.SchedulerOptions{
-		Name:           fmt.Sprintf("%s-gpu-scheduler-%d", st.id, len(st.schedulers)+2),
+		Name:           st.extraSchedulerName(len(st.schedulers)),
 		LeaseNamespace: LeaseNamespace,
 	})
 	if err != nil {
@@ -40,6 +47,83 @@ func secondScheduler(ctx context.Context) error {
 	}
 	st.schedulers = append(st.schedulers, sched)
 	return nil
+}
+
+// bothSchedulersBound reads, in each scheduler's log, the pods of the scenario's batches it
+// bound (kube-scheduler's "Successfully bound pod to node" line): each must have bound some,
+// and no pod may have been bound by both.
+func bothSchedulersBound(ctx context.Context) error {
+	st := state(ctx)
+	if len(st.schedulers) == 0 {
+		return fmt.Errorf("the scenario started no second gpu-scheduler")
+	}
+	logs := map[string]string{"the shared gpu-scheduler": st.suite.Scheduler().LogPath(), "the second gpu-scheduler": st.schedulers[0].LogPath()}
+	byPod := map[string][]string{}
+	counts := map[string]int{}
+	for who, path := range logs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("reading the log of %s: %w", who, err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if !strings.Contains(line, "Successfully bound pod to node") {
+				continue
+			}
+			for _, name := range st.batch {
+				if strings.Contains(line, fmt.Sprintf("pod=%q", st.ns+"/"+name)) {
+					byPod[name] = append(byPod[name], who)
+					counts[who]++
+				}
+			}
+		}
+	}
+	for name, who := range byPod {
+		if len(who) > 1 {
+			return fmt.Errorf("pod %s was bound by %v", name, who)
+		}
+	}
+	for who := range logs {
+		if counts[who] == 0 {
+			return fmt.Errorf("%s bound none of the %d pods (bound by each: %v)", who, len(st.batch), counts)
+		}
+	}
+	return nil
+}
+
+// stopSecondScheduler stops the scenario's second gpu-scheduler as a rollout would: SIGTERM.
+func stopSecondScheduler(ctx context.Context) error {
+	st := state(ctx)
+	if len(st.schedulers) == 0 {
+		return fmt.Errorf("the scenario started no second gpu-scheduler")
+	}
+	sched := st.schedulers[0]
+	if err := sched.Stop(10 * time.Second); err != nil {
+		return fmt.Errorf("stopping %s: %w", filepath.Base(sched.LogPath()), err)
+	}
+	return nil
+}
+
+// secondPeerLeaseGone: a scheduler that stops deletes its peer lease, so that its peers take
+// over its pods at once rather than when the lease runs out.
+func secondPeerLeaseGone(ctx context.Context) error {
+	st := state(ctx)
+	name := apiv1.SchedulerPeerLeaseName(st.extraSchedulerName(0))
+	return eventually(ctx, 5*time.Second, "peer lease "+name+" deleted", func(ctx context.Context) (bool, string, error) {
+		_, err := st.suite.kube.CoordinationV1().Leases(LeaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return false, "the lease is still there", nil
+	})
+}
+
+// extraSchedulerName names the scenario's i-th extra gpu-scheduler (0: the second one), which
+// is also its identity among peers (launch's default).
+func (st *scenario) extraSchedulerName(i int) string {
+	return fmt.Sprintf("%s-gpu-scheduler-%d", st.id, i+2)
 }
 
 func killScheduler(ctx context.Context) error {

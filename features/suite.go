@@ -157,6 +157,10 @@ func (s *Suite) restartScheduler(ctx context.Context) (*launch.Scheduler, error)
 	sched, err := launch.StartScheduler(ctx, s.cluster, launch.SchedulerOptions{
 		Name:           fmt.Sprintf("gpu-scheduler-%d", s.schedulerGen),
 		LeaseNamespace: LeaseNamespace,
+		// Every generation is the same scheduler restarted, as a container is under its pod's
+		// name: it keeps its identity among peers, so a second scheduler of a scenario never
+		// leaves pods to a generation that was killed (until its peer lease ran out).
+		Identity: "suite-gpu-scheduler",
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package v1
 
 import (
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,11 @@ const (
 	// leases (the scheduler's and the agent's) select on that label and must never see a
 	// liveness lease as a lock.
 	LabelAgentLiveness = LabelPrefix + "agent-liveness"
+	// LabelSchedulerPeer marks a gpu-scheduler process's peer Lease (SchedulerPeerLeaseName),
+	// valued with the profile (scheduler name) it serves. The processes serving one profile
+	// divide its pods among themselves by these leases (scheduler/peers); like the liveness
+	// label it is not LabelLeaseNode, so no GPU lease informer ever sees a peer lease.
+	LabelSchedulerPeer = LabelPrefix + "scheduler-peer"
 	// LabelTopology names the mock topology a simulated node carries.
 	LabelTopology = LabelPrefix + "topology"
 	// LabelGPUProduct, LabelGPUCount and LabelNVLink are set on nodes by the agent for users
@@ -93,6 +99,32 @@ func AgentLeaseName(node string) (string, error) {
 		return "", fmt.Errorf("liveness lease name %q for node %q is not a valid object name: %s", name, node, strings.Join(errs, "; "))
 	}
 	return name, nil
+}
+
+// SchedulerPeerLeaseName is the name of a gpu-scheduler process's peer Lease:
+// gpu-{identity}-scheduler, in the GPU lease namespace. Like AgentLeaseName it ends in a word
+// no GPU lease (digits) and no liveness lease ("-agent") ends in, so the three kinds never
+// collide. An identity that would not make a valid name (upper case, characters a name cannot
+// hold, too long: it comes from a host name or a flag) is reduced to one that does, so every
+// process gets a name; two identities that reduce alike share a lease and count as one peer,
+// which costs races, never safety.
+func SchedulerPeerLeaseName(identity string) string {
+	id := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r - 'A' + 'a'
+		}
+		return '-'
+	}, identity)
+	id = strings.Trim(id, "-")
+	if id == "" || len(id) > 200 {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(identity))
+		id = strings.Trim(fmt.Sprintf("%.40s-%016x", id, h.Sum64()), "-")
+	}
+	return "gpu-" + id + "-scheduler"
 }
 
 // Allocation is a node and the GPU IDs allocated on it.

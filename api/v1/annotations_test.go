@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestParseAllocation(t *testing.T) {
@@ -129,4 +131,27 @@ func FuzzParseAllocation(f *testing.F) {
 			t.Fatalf("round trip of %q: %+v -> %q -> %+v, %v", s, a, a.String(), b, err)
 		}
 	})
+}
+
+func TestSchedulerPeerLeaseName(t *testing.T) {
+	for identity, want := range map[string]string{
+		"gpu-scheduler-7d9f5-x2kq": "gpu-gpu-scheduler-7d9f5-x2kq-scheduler",
+		"Host_01.example.com":      "gpu-host-01-example-com-scheduler",
+		"--":                       "", // reduced to a hash: checked below for validity only
+		strings.Repeat("a", 300):   "",
+	} {
+		got := SchedulerPeerLeaseName(identity)
+		if want != "" && got != want {
+			t.Errorf("SchedulerPeerLeaseName(%q) = %q, want %q", identity, got, want)
+		}
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("SchedulerPeerLeaseName(%q) = %q, not a valid name: %v", identity, got, errs)
+		}
+		if !strings.HasSuffix(got, "-scheduler") {
+			t.Errorf("SchedulerPeerLeaseName(%q) = %q, want the -scheduler suffix", identity, got)
+		}
+	}
+	if a, b := SchedulerPeerLeaseName(strings.Repeat("a", 300)), SchedulerPeerLeaseName(strings.Repeat("a", 301)); a == b {
+		t.Errorf("two long identities share the lease name %q", a)
+	}
 }

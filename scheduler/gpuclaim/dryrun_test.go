@@ -91,7 +91,7 @@ func TestDryRunAgreesWithFilter(t *testing.T) {
 	}
 	statuses, _ := e.gpu.GpuV1().GpuNodeStatuses().List(ctx, metav1.ListOptions{})
 	snap.Statuses = statuses.Items
-	leases, _ := e.kube.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{})
+	leases, _ := e.kube.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
 	snap.Leases = leases.Items
 	if len(snap.Leases) != 3 {
 		t.Fatalf("the first pod left %d leases, want 3", len(snap.Leases))

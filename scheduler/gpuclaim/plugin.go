@@ -40,6 +40,7 @@ import (
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
 )
 
 var registerScheme sync.Once
@@ -102,6 +103,13 @@ type Plugin struct {
 	waiting *waitingPods
 	changed changedNodes
 
+	// peers are the other gpu-scheduler processes serving this profile (preenqueue.go); nil
+	// in tests without a profile. joinPeers makes this process one of them; deferred are the
+	// pods it leaves to them.
+	peers     *peers.Membership
+	joinPeers func()
+	deferred  *deferredPods
+
 	releaseQueue workqueue.TypedRateLimitingInterface[types.UID]
 	releaseMu    sync.Mutex
 	releases     map[types.UID]podRef
@@ -154,6 +162,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		releaseQueue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]()),
 		releases:     map[types.UID]podRef{},
 		waiting:      newWaitingPods(),
+		deferred:     newDeferredPods(),
 	}
 	p.status = newStatusWriter(p)
 	// The GPUs gauge reads this plugin's ledger at scrape time. With several profiles the last
@@ -247,6 +256,12 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		}
 	}
 	logger.Info("GPU ledger rebuilt from leases", "leaseNamespace", *args.LeaseNamespace, "nodeStrategy", strategy)
+	if err := p.startPeers(ctx); err != nil {
+		return nil, err
+	}
+	if p.peers != nil {
+		metrics.SetPeersSource(func() (int, int) { return p.peers.Current().Size(), p.deferred.leftToPeers() })
+	}
 
 	go p.status.run(ctx)
 	go p.runLifecycle(ctx)
@@ -395,6 +410,9 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 		p.podGone(pod)
 		return
 	}
+	if pod.Spec.NodeName != "" {
+		p.deferred.remove(pod.UID)
+	}
 	if p.pods.observe(pod) && pod.Spec.NodeName == "" {
 		if g := p.gangOfPod(pod); g != "" {
 			p.activateGang(ctx, g) // a member's pod arrived: the gang may be complete
@@ -422,6 +440,7 @@ func (p *Plugin) podGone(pod *v1.Pod) {
 	p.pods.gone(pod.UID)
 	p.relaxed.forget(pod.UID)
 	p.waiting.remove(pod.UID)
+	p.deferred.remove(pod.UID)
 	if node, _ := p.ledger.holdsOf(pod.UID); node != "" {
 		p.gpusChanged(node)
 	}

@@ -227,7 +227,7 @@ func TestScheduleCycle(t *testing.T) {
 		t.Fatalf("scheduled on %q, status %v; want node b (the selector)", got, st)
 	}
 	// One lease per GPU, held by the pod, labelled for listing.
-	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
+	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
 	var names []string
 	for _, l := range leases.Items {
 		names = append(names, l.Name)
@@ -385,6 +385,9 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 			for _, a := range e.kube.Actions() {
 				if c, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "leases" {
 					l := c.GetObject().(*coordinationv1.Lease)
+					if l.Labels[apiv1.LabelLeaseNode] == "" {
+						continue // the scheduler's peer lease, not a GPU's
+					}
 					if tc.seen && all == 0 && l.Name == "gpu-a-5" {
 						continue // the test's own create of the held lease
 					}
@@ -398,7 +401,7 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 				t.Fatalf("the plugin sent %d creates of lease gpu-a-5 and %d in all, want %d and %d", creates, all, tc.creates, tc.all)
 			}
 			// Unreserve released what this attempt created and left the held lease alone.
-			leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
+			leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
 			for _, l := range leases.Items {
 				if l.Name != "gpu-a-5" || (*l.Spec.HolderIdentity != other && !tc.samePod) {
 					t.Fatalf("lease %s held by %s left after the lost race", l.Name, *l.Spec.HolderIdentity)
@@ -427,7 +430,7 @@ func TestUnreserveIsIdempotent(t *testing.T) {
 	e.p.Unreserve(t.Context(), cs, pod, "a")
 	e.p.Unreserve(t.Context(), cs, pod, "a")
 	e.p.Unreserve(context.Background(), framework.NewCycleState(), pod, "a") // no state at all
-	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
+	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
 	if len(leases.Items) != 0 {
 		t.Fatalf("leases left after Unreserve: %v", leases.Items)
 	}

@@ -26,6 +26,11 @@ import (
 // most maxCandidateNodes, the best-placed for the node strategy (candidates.go), so that the
 // other plugins' Filter and Score do not run over thousands of nodes for every pod.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if p.joinPeers != nil {
+		// This process schedules (a standby under leader election never gets here): from now
+		// on its peers leave it its share of the pods (preenqueue.go).
+		p.joinPeers()
+	}
 	res, st, reason := p.preFilter(ctx, cs, pod, nodes)
 	if st.IsRejected() {
 		name, _ := claimName(pod)
@@ -177,6 +182,8 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	limit := int(*p.args.MaxCandidateNodes)
 	if uncapped {
 		limit = 0
+	} else if p.peers != nil {
+		tiers = preferOwnNodes(p.peers.Current(), tiers)
 	}
 	chosen, capped := pickCandidates(tiers, strategy, limit)
 	// A pod that still holds leases from an attempt that crashed before binding may use those

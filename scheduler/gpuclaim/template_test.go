@@ -143,7 +143,7 @@ func TestClaimMadeMeanwhileAtPreBind(t *testing.T) {
 	if node, _ := e.p.ledger.holdsOf(other.UID); node != "" {
 		t.Fatalf("pod job-1 still holds GPUs on %s after the failed attempt", node)
 	}
-	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{})
+	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
 	for _, l := range leases.Items {
 		if *l.Spec.HolderIdentity == string(other.UID) {
 			t.Fatalf("lease %s held by pod job-1 after the failed attempt", l.Name)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	schedconfig "github.com/gpu-scheduler/gpu-scheduler/scheduler/config"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 )
 
@@ -84,6 +85,11 @@ type SchedulerOptions struct {
 	Verbosity int
 	// Profiling serves /debug/pprof on the scheduler's secure port (to the cluster admin).
 	Profiling bool
+	// Identity names the process among the gpu-scheduler processes serving its profile
+	// (peers.IdentityEnv); default Name. Processes on one host share a host name, the
+	// default identity, so each gets its own; a restart of the same scheduler keeps it, as a
+	// restarted container keeps its pod's name.
+	Identity string
 }
 
 // Scheduler is a running gpu-scheduler.
@@ -102,6 +108,9 @@ func StartScheduler(ctx context.Context, c *cluster.Cluster, opts SchedulerOptio
 	}
 	if opts.Verbosity == 0 {
 		opts.Verbosity = 2
+	}
+	if opts.Identity == "" {
+		opts.Identity = opts.Name
 	}
 	bin, err := Binary(ctx, "gpu-scheduler")
 	if err != nil {
@@ -136,7 +145,7 @@ func StartScheduler(ctx context.Context, c *cluster.Cluster, opts SchedulerOptio
 		"--cert-dir=" + filepath.Join(c.WorkDir(), opts.Name+"-certs"),
 		"--profiling=" + strconv.FormatBool(opts.Profiling),
 		"-v=" + strconv.Itoa(opts.Verbosity),
-	}, nil)
+	}, []string{peers.IdentityEnv + "=" + opts.Identity})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -134,6 +135,9 @@ func (f *faults) restart(ctx context.Context, fl scenario.Fault) error {
 		return err
 	}
 	opts := f.schedOpts
+	// The same scheduler comes back, as a restarted container does under its pod's name: it
+	// keeps its identity among its peers, and with it its share of the pods.
+	opts.Identity = cmp.Or(opts.Identity, opts.Name, "gpu-scheduler")
 	opts.Name = fmt.Sprintf("gpu-scheduler-restart%d", n)
 	ns, err := launch.StartScheduler(ctx, f.c, opts)
 	if err != nil {

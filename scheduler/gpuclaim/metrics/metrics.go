@@ -149,6 +149,7 @@ var (
 	fleetMu       sync.Mutex
 	fleetSource   func() []GPUCount
 	pendingSource func() (count int, oldestSeconds float64)
+	peersSource   func() (peers, leftToPeers int)
 )
 
 // SetFleetSource names what the gpu_scheduler_gpus gauge reads at each scrape (the plugin's
@@ -167,6 +168,15 @@ func SetPendingSource(f func() (int, float64)) {
 	pendingSource = f
 }
 
+// SetPeersSource names what the peer gauges read at each scrape: how many gpu-scheduler
+// processes serve this profile (this one included), and how many GPU pods this one leaves to
+// the others (scheduler/peers).
+func SetPeersSource(f func() (int, int)) {
+	fleetMu.Lock()
+	defer fleetMu.Unlock()
+	peersSource = f
+}
+
 var gpusDesc = metrics.NewDesc("gpu_scheduler_gpus",
 	"GPUs the scheduler sees, by model (the agent's product name) and state: free (healthy, unheld), allocated (held by a pod), unhealthy (not Healthy).",
 	[]string{"model", "state"}, nil, metrics.ALPHA, "")
@@ -178,6 +188,12 @@ var (
 	pendingAgeDesc = metrics.NewDesc("gpu_scheduler_pending_claims_max_age_seconds",
 		"Age of the oldest GPU pod that still waits for GPUs; 0 when none waits.",
 		nil, nil, metrics.ALPHA, "")
+	peersDesc = metrics.NewDesc("gpu_scheduler_peers",
+		"gpu-scheduler processes that serve this profile and divide its GPU pods among them, this one included (1: it schedules them all).",
+		nil, nil, metrics.ALPHA, "")
+	leftToPeersDesc = metrics.NewDesc("gpu_scheduler_pods_left_to_peers",
+		"Pending GPU pods this process leaves to the peer that owns them.",
+		nil, nil, metrics.ALPHA, "")
 )
 
 // fleetCollector computes gpu_scheduler_gpus and the pending-claims gauges at scrape time
@@ -188,12 +204,19 @@ func (*fleetCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- gpusDesc
 	ch <- pendingDesc
 	ch <- pendingAgeDesc
+	ch <- peersDesc
+	ch <- leftToPeersDesc
 }
 
 func (*fleetCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	fleetMu.Lock()
-	f, pending := fleetSource, pendingSource
+	f, pending, peers := fleetSource, pendingSource, peersSource
 	fleetMu.Unlock()
+	if peers != nil {
+		n, left := peers()
+		ch <- metrics.NewLazyConstMetric(peersDesc, metrics.GaugeValue, float64(n))
+		ch <- metrics.NewLazyConstMetric(leftToPeersDesc, metrics.GaugeValue, float64(left))
+	}
 	if pending != nil {
 		n, age := pending()
 		ch <- metrics.NewLazyConstMetric(pendingDesc, metrics.GaugeValue, float64(n))
