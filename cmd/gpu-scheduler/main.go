@@ -59,9 +59,37 @@ func newCommand() *cobra.Command {
 				return err
 			}
 		}
+		elect, err := leaderElect(c)
+		if err != nil {
+			return err
+		}
+		// Without leader election every process schedules from its start: it joins its peers
+		// at once, before its queue fills, so that the first burst is already divided.
+		gpuclaim.JoinPeersAtStart(!elect)
 		return run(c, args)
 	}
 	return cmd
+}
+
+// leaderElect tells whether this process runs under leader election: --leader-elect when
+// given, else the --config file's leaderElection.leaderElect (on by default).
+func leaderElect(c *cobra.Command) (bool, error) {
+	if f := c.Flags().Lookup("leader-elect"); f != nil && f.Changed {
+		return f.Value.String() == "true", nil
+	}
+	f := c.Flags().Lookup("config")
+	if f == nil || f.Value.String() == "" {
+		return true, nil
+	}
+	data, err := os.ReadFile(f.Value.String())
+	if err != nil {
+		return false, fmt.Errorf("reading --config: %w", err)
+	}
+	elect, err := config.LeaderElect(data)
+	if err != nil {
+		return false, fmt.Errorf("--config %s: %w", f.Value.String(), err)
+	}
+	return elect, nil
 }
 
 // renameConfig points --config at a copy of it whose GpuClaimPlugin profile is called name.

@@ -75,3 +75,46 @@ func TestNominatedNodeNameForExpectationDefaultsOff(t *testing.T) {
 		}
 	}
 }
+
+// leaderElect reads --leader-elect when given, else the --config file (on when it says
+// nothing): without leader election the plugin joins its peers at start.
+func TestLeaderElectFromFlagsAndConfig(t *testing.T) {
+	off, err := config.Render(config.Options{LeaderElect: false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offFile := filepath.Join(t.TempDir(), "off.yaml")
+	onFile := filepath.Join(t.TempDir(), "on.yaml")
+	if err := os.WriteFile(offFile, off, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(onFile, config.DefaultYAML, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--config", onFile}, true},
+		{[]string{"--config", offFile}, false},
+		{[]string{"--config", onFile, "--leader-elect=false"}, false},
+		{[]string{"--config", offFile, "--leader-elect=true"}, true},
+	} {
+		cmd := newCommand()
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		got, err := leaderElect(cmd)
+		if err != nil || got != tc.want {
+			t.Errorf("%v: leader election %v, %v; want %v", tc.args, got, err, tc.want)
+		}
+	}
+	cmd := newCommand()
+	if err := cmd.ParseFlags([]string{"--config", filepath.Join(t.TempDir(), "missing.yaml")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaderElect(cmd); err == nil {
+		t.Error("a missing --config read without error")
+	}
+}

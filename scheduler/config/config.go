@@ -16,6 +16,19 @@ import (
 //go:embed scheduler-config.yaml
 var DefaultYAML []byte
 
+// LeaderElect reads whether a KubeSchedulerConfiguration turns leader election on: its
+// leaderElection.leaderElect, true when unset (kube-scheduler's default).
+func LeaderElect(data []byte) (bool, error) {
+	var cfg schedv1.KubeSchedulerConfiguration
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return false, fmt.Errorf("decoding the scheduler configuration: %w", err)
+	}
+	if cfg.LeaderElection.LeaderElect == nil {
+		return true, nil
+	}
+	return *cfg.LeaderElection.LeaderElect, nil
+}
+
 // Options adapt the shipped configuration for one scheduler process.
 type Options struct {
 	Kubeconfig     string

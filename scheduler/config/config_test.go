@@ -68,3 +68,32 @@ func TestSetSchedulerName(t *testing.T) {
 		t.Fatalf("Render with SchedulerName: %v %+v", err, cfg.Profiles)
 	}
 }
+
+func TestLeaderElect(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want bool
+	}{
+		{"apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n", true},
+		{"apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: false\n", false},
+		{"apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: true\n", true},
+	} {
+		got, err := LeaderElect([]byte(tc.yaml))
+		if err != nil || got != tc.want {
+			t.Errorf("LeaderElect(%q) = %v, %v; want %v", tc.yaml, got, err, tc.want)
+		}
+	}
+	if got, err := LeaderElect(DefaultYAML); err != nil || !got {
+		t.Errorf("the shipped configuration: leader election %v, %v; want on", got, err)
+	}
+	off, err := Render(Options{LeaderElect: false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := LeaderElect(off); err != nil || got {
+		t.Errorf("a rendered configuration without leader election reads %v, %v", got, err)
+	}
+	if _, err := LeaderElect([]byte("leaderElection: [")); err == nil {
+		t.Error("a broken file read without error")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -68,10 +69,20 @@ func (p *Plugin) shardKey(pod *v1.Pod) string {
 	return string(pod.UID)
 }
 
+// joinAtStart is set by the command when this process runs without leader election: then it
+// schedules from its start and joins its peers at once rather than at its first scheduling
+// cycle, by when its queue would already hold a burst that its peers do not know to leave it.
+var joinAtStart atomic.Bool
+
+// JoinPeersAtStart tells the plugins made from now on whether to join their peers as soon as
+// they are made (leader election off) or at their first scheduling cycle (on: a standby never
+// joins, so no pod is left to a process that does not schedule).
+func JoinPeersAtStart(on bool) { joinAtStart.Store(on) }
+
 // startPeers makes this process a peer of the others serving its profile, when it knows its
 // profile: it watches their leases before New returns (so the first pods are divided by the
-// peers already running) and joins, renewing its own lease, at its first scheduling cycle
-// (joinPeers).
+// peers already running) and joins, renewing its own lease, at once without leader election
+// (JoinPeersAtStart) and otherwise at its first scheduling cycle (joinPeers).
 func (p *Plugin) startPeers(ctx context.Context) error {
 	if p.handle == nil || p.handle.ProfileName() == "" {
 		return nil
@@ -99,6 +110,9 @@ func (p *Plugin) startPeers(ctx context.Context) error {
 	}
 	p.peers = m
 	p.joinPeers = func() { m.Join(ctx) }
+	if joinAtStart.Load() {
+		m.Join(ctx)
+	}
 	go wait.UntilWithContext(ctx, func(ctx context.Context) {
 		now := p.clock.Now()
 		p.activateDeferred(ctx, func(d deferredPod) bool { return !d.taken && now.Sub(d.since) >= peerTakeover })

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -151,4 +152,29 @@ func TestPreferOwnNodes(t *testing.T) {
 	if len(alone[0]) != len(best) {
 		t.Errorf("a lone scheduler narrowed its tier to %d of %d", len(alone[0]), len(best))
 	}
+}
+
+// TestJoinPeers: under leader election a process joins its peers at its first scheduling
+// cycle, never before (a standby must own no pods); without it, as soon as it is made.
+func TestJoinPeers(t *testing.T) {
+	t.Setenv(peers.IdentityEnv, "self")
+	lease := apiv1.SchedulerPeerLeaseName("self")
+	joined := func(e *testEnv) bool {
+		_, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Get(t.Context(), lease, metav1.GetOptions{})
+		return err == nil
+	}
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	time.Sleep(200 * time.Millisecond)
+	if joined(e) {
+		t.Fatal("a process under leader election joined its peers before it scheduled")
+	}
+	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), gpuPod("p", "missing"), nil); st.IsSuccess() {
+		t.Fatalf("PreFilter of a pod whose claim is missing succeeded")
+	}
+	eventuallyTrue(t, func() bool { return joined(e) })
+
+	JoinPeersAtStart(true)
+	defer JoinPeersAtStart(false)
+	e = newTestEnv(t, []*v1.Node{node("a", nil)})
+	eventuallyTrue(t, func() bool { return joined(e) })
 }
