@@ -17,6 +17,11 @@ type Node struct {
 	Pool     string   `json:"pool"`
 	Topology string   `json:"topology"`
 	Islands  []string `json:"islands"`
+	// BandwidthGBps is each GPU's interconnect bandwidth to its island peers, by GPU ID, as
+	// the agent reported it (missing: 0).
+	BandwidthGBps []int `json:"bandwidthGBps,omitempty"`
+	// Labels are the node's labels that a claim's selector can match.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Pod is what a run recorded about one pod. Times are offsets from the start of the workload.
@@ -26,6 +31,13 @@ type Pod struct {
 	GPUs    int           `json:"gpus"`
 	Shared  bool          `json:"shared,omitempty"`
 	Created time.Duration `json:"created"`
+	// Seen is when the pod was first seen in the API (SeenOK: at all); a scheduler cannot place
+	// it before.
+	Seen   time.Duration `json:"seen,omitempty"`
+	SeenOK bool          `json:"seenOK,omitempty"`
+	// Unschedulable is when it was first seen with PodScheduled=False (UnschedulableOK: at all).
+	Unschedulable   time.Duration `json:"unschedulable,omitempty"`
+	UnschedulableOK bool          `json:"unschedulableOK,omitempty"`
 	// Bound is when the pod was seen bound; zero with BoundOK false when it never was.
 	Bound   time.Duration `json:"bound,omitempty"`
 	BoundOK bool          `json:"boundOK"`
@@ -37,6 +49,11 @@ type Pod struct {
 	EndedOK bool          `json:"endedOK"`
 	// Gang is the pod's gang (its claim's gangRef); empty outside a gang.
 	Gang string `json:"gang,omitempty"`
+	// Topology is its claim's topology mode (Required, Preferred, Ignore; empty: none stated)
+	// and MinBandwidthGBps the claim's bandwidth floor; Selector its claim's node selector.
+	Topology         string            `json:"topology,omitempty"`
+	MinBandwidthGBps int               `json:"minBandwidthGBps,omitempty"`
+	Selector         map[string]string `json:"selector,omitempty"`
 }
 
 // HealthChange is a GPU turning Unhealthy or Healthy, as its GpuNodeStatus showed.
@@ -143,6 +160,8 @@ type Result struct {
 	GangBindSpreadP50  time.Duration `json:"gangBindSpreadP50,omitempty"`
 	GangBindSpreadP99  time.Duration `json:"gangBindSpreadP99,omitempty"`
 	GangIdleGPUSeconds float64       `json:"gangIdleGPUSeconds,omitempty"`
+	// Waits: whether the pods that were not bound at once could have been (wait.go).
+	Waits WaitFigures `json:"waits"`
 }
 
 // Compute derives every figure from in.
@@ -173,7 +192,8 @@ func Compute(in Input) Result {
 		r.TotalGPUs += len(n.Islands)
 	}
 
-	rp := newReplay(in)
+	waited := waitedPods(in, r.LatencyP50)
+	rp := newReplay(in, waited)
 	rp.run(-1, &r)
 	r.Samples = rp.samples
 	var fragSum float64
@@ -201,8 +221,9 @@ func Compute(in Input) Result {
 		r.ContiguityRatio = float64(r.Contiguous) / float64(r.MultiGPU)
 	}
 	gangFigures(in, &r)
+	r.Waits = waitFigures(in, rp.waits)
 	// Second pass, to the peak, for the GPU map.
-	snap := newReplay(in)
+	snap := newReplay(in, nil)
 	snap.run(r.PeakAt, nil)
 	r.Map = snap.nodeMap()
 	return r
@@ -219,7 +240,7 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 
 type event struct {
 	at   time.Duration
-	kind int // evRelease, evHealth, evBind (the order at equal times)
+	kind int // evRelease, evHealth, evSeen, evBind (the order at equal times)
 	pod  int
 	hc   HealthChange
 }
@@ -227,6 +248,9 @@ type event struct {
 const (
 	evRelease = iota
 	evHealth
+	// evSeen starts following a pod that waited (wait.go): after the releases of the same
+	// moment, so a GPU freed as the pod appeared counts as free to it.
+	evSeen
 	evBind
 )
 
@@ -238,6 +262,7 @@ type gpuState struct {
 }
 
 type nodeState struct {
+	idx     int // in replay.order
 	node    *Node
 	gpus    []gpuState
 	islands map[string][]int // island -> GPU IDs
@@ -258,14 +283,18 @@ type replay struct {
 	islandFree []int
 	// now is the time of the event being applied.
 	now time.Duration
+	// waits follows the pods that waited; nil when none are followed.
+	waits *waitTracker
 }
 
-func newReplay(in Input) *replay {
+// newReplay prepares the replay of in; waited are the pods (indexes into in.Pods) whose waits
+// it follows, none when nil.
+func newReplay(in Input, waited []int) *replay {
 	rp := &replay{in: in, nodes: map[string]*nodeState{}, alloc: map[int][]int{}}
 	maxIsland := 0
 	for i := range in.Nodes {
 		n := &in.Nodes[i]
-		ns := &nodeState{node: n, gpus: make([]gpuState, len(n.Islands)), islands: map[string][]int{}, fitSince: map[string]map[int]time.Duration{}}
+		ns := &nodeState{idx: i, node: n, gpus: make([]gpuState, len(n.Islands)), islands: map[string][]int{}, fitSince: map[string]map[int]time.Duration{}}
 		for id, isl := range n.Islands {
 			ns.islands[isl] = append(ns.islands[isl], id)
 		}
@@ -296,6 +325,12 @@ func newReplay(in Input) *replay {
 	}
 	for _, h := range in.Health {
 		rp.events = append(rp.events, event{at: h.At, kind: evHealth, hc: h})
+	}
+	if len(waited) > 0 {
+		rp.waits = newWaitTracker()
+		for _, i := range waited {
+			rp.events = append(rp.events, event{at: in.Pods[i].seenAt(), kind: evSeen, pod: i})
+		}
 	}
 	sort.SliceStable(rp.events, func(i, j int) bool {
 		a, b := rp.events[i], rp.events[j]
@@ -395,6 +430,8 @@ func (rp *replay) run(until time.Duration, r *Result) {
 func (rp *replay) apply(ev event, r *Result) {
 	rp.now = ev.at
 	switch ev.kind {
+	case evSeen:
+		rp.startWait(ev.pod)
 	case evHealth:
 		ns := rp.nodes[ev.hc.Node]
 		if ns == nil || ev.hc.GPU < 0 || ev.hc.GPU >= len(ns.gpus) {
@@ -406,6 +443,7 @@ func (rp *replay) apply(ev event, r *Result) {
 			}
 			g.unhealthy = !ev.hc.Healthy
 		})
+		rp.updateWaits(ns)
 	case evRelease:
 		ids, ok := rp.alloc[ev.pod]
 		if !ok {
@@ -429,8 +467,10 @@ func (rp *replay) apply(ev event, r *Result) {
 				}
 			})
 		}
+		rp.updateWaits(ns)
 	case evBind:
 		p := rp.in.Pods[ev.pod]
+		rp.endWait(ev.pod) // judged on the cluster just before its own binding
 		ns := rp.nodes[p.Node]
 		if ns == nil {
 			return
@@ -483,6 +523,7 @@ func (rp *replay) apply(ev event, r *Result) {
 			held = append(held, id)
 		}
 		rp.alloc[ev.pod] = held
+		rp.updateWaits(ns)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/sim/baseline"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/runner"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
@@ -24,6 +25,9 @@ const AnyNNote = "The stock kube-scheduler only counts nvidia.com/gpu: it picks 
 
 // DRANote says what the DRA run is and what it is not.
 const DRANote = "The stock + DRA run: the same nodes publish resource.k8s.io/v1 ResourceSlices (one device per GPU with its index, UUID, model, memory, island, bandwidth and health from the agents' own discovery of the mock NVML; a GPU that is not Healthy carries a NoSchedule device taint), and each pod names a ResourceClaimTemplate of its claim's shape; the stock kube-scheduler's DynamicResources plugin allocates the devices and its GPU IDs are read from the ResourceClaims' allocation results. kwok runs the pods: no kubelet plugin prepares the devices, so the figures are about placement."
+
+// WaitNote says which pods count as having waited and what makes a wait avoidable.
+const WaitNote = "Waits: a bound pod waited when it was seen unschedulable or was bound more than the run's median latency + 100 ms after its creation. From the moment it was seen, the GPU occupancy replay (GPUs taken when a binding is seen, free again when the pod is seen finished or deleted, as a scheduler learns of it) finds the first moment a placement for its claim was free: its selector's nodes, enough healthy GPUs free to it, in one island at the bandwidth floor only for topology Required (Preferred makes that a wish; nvidia.com/gpu can express neither). Avoidable wait = binding - that moment; a pod with no fit free when seen waited for capacity first."
 
 // Check is one expectation of the scenario, judged on the gpu-scheduler run.
 type Check struct {
@@ -73,6 +77,9 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 			r.Ratios["cpuFloorVsStock"] = f.floor / f.stock
 			r.Ratios["throughputCeilingVsStock"] = f.stock / f.floor
 		}
+	}
+	if len(runs) > 0 {
+		r.Notes = append(r.Notes, WaitNote)
 	}
 	if withDRA != nil {
 		r.Notes = append(r.Notes, DRANote)
@@ -215,6 +222,15 @@ func missAges(ages []time.Duration) string {
 	return fmt.Sprintf("%d pods: %s / %s", len(s), dur(s[(len(s)-1)/2]), dur(s[len(s)-1]))
 }
 
+// freeFitWaits counts the pods that waited while a fit was free, naming the longest.
+func freeFitWaits(w metrics.WaitFigures) string {
+	if w.WithFreeFit == 0 {
+		return "0"
+	}
+	top := w.Avoidable[0]
+	return fmt.Sprintf("%d (longest %s: %s after a fit came free, free %s of it)", w.WithFreeFit, top.Pod, dur(top.Avoidable), dur(top.FitFree))
+}
+
 func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
 
 func dur(d time.Duration) string {
@@ -250,6 +266,20 @@ func (r *Report) rows() [][]string {
 			return fmt.Sprintf("%s (%d of %d where a free island fit; %d multi-GPU)", pct(x.Metrics.IslandLocalRatio), x.Metrics.IslandLocal, x.Metrics.IslandPossible, x.Metrics.MultiGPU)
 		}},
 		{"across islands while one fit: free that long (p50 / max)", func(x *runner.RunResult) string { return missAges(x.Metrics.IslandMissAges) }},
+		{"waited (unschedulable, or bound > median + 100 ms) / of them for capacity first", func(x *runner.RunResult) string {
+			return fmt.Sprintf("%d / %d", x.Metrics.Waits.Waited, x.Metrics.Waits.ForCapacity)
+		}},
+		{"waited while a fit was free > 100 ms", func(x *runner.RunResult) string { return freeFitWaits(x.Metrics.Waits) }},
+		{"avoidable wait (bound - first fit free) p50 / p99 / max", func(x *runner.RunResult) string {
+			w := x.Metrics.Waits
+			if w.Waited == 0 {
+				return "-"
+			}
+			return dur(w.AvoidableP50) + " / " + dur(w.AvoidableP99) + " / " + dur(w.AvoidableMax)
+		}},
+		{"latency p99 of pods that never waited for capacity", func(x *runner.RunResult) string {
+			return dur(x.Metrics.Waits.LatencyP99NoCapacityWait)
+		}},
 		{"contiguous multi-GPU pods", func(x *runner.RunResult) string { return pct(x.Metrics.ContiguityRatio) }},
 		{"island-local / contiguous had stock got the lowest free IDs", func(x *runner.RunResult) string {
 			if x.LowestFree == nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/runner"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
@@ -130,5 +131,34 @@ func TestContractFloor(t *testing.T) {
 	ours.ContractWriteCPU = nil
 	if r := Build(s, "floor.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute); r.Ratios["cpuFloorVsStock"] != 0 {
 		t.Errorf("a floor without measured writes: %v", r.Ratios)
+	}
+}
+
+// The wait rows: how many pods waited, for capacity or beside a free fit, and the like-for-like
+// latency; a run where no pod waited shows dashes, not zeros that read as measured.
+func TestTableWaits(t *testing.T) {
+	s := &scenario.Scenario{Metadata: scenario.Metadata{Name: "waits"}, Spec: scenario.Spec{
+		NodePools: []scenario.NodePool{{Name: "a", Count: 2, Topology: "dgx-h100", GPUsPerNode: 8}},
+		Workload:  scenario.Workload{Trace: []scenario.TraceEntry{{Name: "p", Claim: &scenario.ClaimSpec{Count: 1}}}},
+	}}
+	ours, stock := &runner.RunResult{Mode: runner.ModeGPU}, &runner.RunResult{Mode: runner.ModeStock}
+	ours.Metrics.Waits = metrics.WaitFigures{Waited: 7, WithFreeFit: 2, ForCapacity: 5,
+		AvoidableP50: 30 * time.Millisecond, AvoidableP99: 1200 * time.Millisecond, AvoidableMax: 1200 * time.Millisecond,
+		LatencyP99NoCapacityWait: 15 * time.Millisecond,
+		Avoidable:                []metrics.Wait{{Pod: "pod-332", Avoidable: 1200 * time.Millisecond, FitFree: 400 * time.Millisecond}}}
+	stock.Metrics.Waits.LatencyP99NoCapacityWait = 12 * time.Millisecond
+	var b bytes.Buffer
+	Build(s, "waits.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute).Table(&b)
+	out := b.String()
+	for _, re := range []string{
+		`waited \(unschedulable, or bound > median \+ 100 ms\) / of them for capacity first +7 / 5 +0 / 0\n`,
+		`waited while a fit was free > 100 ms +2 \(longest pod-332: 1\.2s after a fit came free, free 400ms of it\) +0\n`,
+		`avoidable wait \(bound - first fit free\) p50 / p99 / max +30ms / 1\.2s / 1\.2s +-\n`,
+		`latency p99 of pods that never waited for capacity +15ms +12ms\n`,
+		`note: Waits: a bound pod waited when`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("the table lacks a line like %s:\n%s", re, out)
+		}
 	}
 }

@@ -707,11 +707,11 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	}
 
 	// Figures.
-	topologies := map[string]string{}
+	pools := map[string]scenario.NodePool{}
 	for _, p := range s.Spec.NodePools {
-		topologies[p.Name] = p.Topology
+		pools[p.Name] = p
 	}
-	in := collect(rec, plan, topologies, t0, end, mode == ModeStock)
+	in := collect(rec, plan, pools, t0, end, mode == ModeStock)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
 	// From the first pod made: needs the bound figures, so after Compute.
@@ -907,7 +907,7 @@ func (pl *player) settled(rec *recorder) bool {
 }
 
 // collect turns the recorder's observations into metrics input, with offsets from t0.
-func collect(rec *recorder, plan []scenario.PodPlan, topologies map[string]string, t0, end time.Duration, stock bool) metrics.Input {
+func collect(rec *recorder, plan []scenario.PodPlan, pools map[string]scenario.NodePool, t0, end time.Duration, stock bool) metrics.Input {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	in := metrics.Input{AnyN: stock, End: end - t0}
@@ -921,14 +921,16 @@ func collect(rec *recorder, plan []scenario.PodPlan, topologies map[string]strin
 	sort.Strings(names)
 	for _, n := range names {
 		st := rec.nodes[n]
-		node := metrics.Node{Name: n, Islands: make([]string, len(st.Status.Devices))}
+		node := metrics.Node{Name: n, Islands: make([]string, len(st.Status.Devices)), BandwidthGBps: make([]int, len(st.Status.Devices))}
 		if i := strings.LastIndexByte(n, '-'); i > 0 {
 			node.Pool = n[:i]
-			node.Topology = topologies[node.Pool]
+			node.Topology = pools[node.Pool].Topology
+			node.Labels = nodeLabels(pools[node.Pool], n)
 		}
 		for _, d := range st.Status.Devices {
 			if int(d.ID) < len(node.Islands) {
 				node.Islands[d.ID] = d.Island
+				node.BandwidthGBps[d.ID] = int(d.BandwidthGBps)
 			}
 		}
 		in.Nodes = append(in.Nodes, node)
@@ -939,9 +941,18 @@ func collect(rec *recorder, plan []scenario.PodPlan, topologies map[string]strin
 	}
 	for _, p := range plan {
 		r := rec.pods[p.Name]
-		mp := metrics.Pod{Name: p.Name, Kind: p.Kind, GPUs: p.Claim.Count, Shared: p.Claim.Exclusivity == string(gpuv1.Shared), Gang: p.Gang}
+		mp := metrics.Pod{Name: p.Name, Kind: p.Kind, GPUs: p.Claim.Count, Shared: p.Claim.Exclusivity == string(gpuv1.Shared), Gang: p.Gang, Selector: p.Claim.Selector}
+		if t := p.Claim.Topology; t != nil {
+			mp.Topology, mp.MinBandwidthGBps = t.Mode, t.MinBandwidthGBps
+		}
 		if r != nil {
 			mp.Created = r.created - t0
+			if r.seenOK {
+				mp.Seen, mp.SeenOK = r.seen-t0, true
+			}
+			if r.unschedOK {
+				mp.Unschedulable, mp.UnschedulableOK = r.unschedAt-t0, true
+			}
 			if r.boundOK {
 				mp.Bound, mp.BoundOK, mp.Node, mp.IDs = r.bound-t0, true, r.node, r.ids
 			}
@@ -952,6 +963,22 @@ func collect(rec *recorder, plan []scenario.PodPlan, topologies map[string]strin
 		in.Pods = append(in.Pods, mp)
 	}
 	return in
+}
+
+// nodeLabels are the labels node name of pool carries, as sim/cluster's NodePool.Node sets
+// them (the pool's own cannot override the others): what a claim's selector is matched on.
+func nodeLabels(pool scenario.NodePool, name string) map[string]string {
+	l := map[string]string{cluster.LabelPool: pool.Name, corev1.LabelHostname: name,
+		corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64", cluster.LabelKwokType: "kwok"}
+	if pool.Topology != "" {
+		l[gpuv1.LabelTopology] = pool.Topology
+	}
+	for k, v := range pool.Labels {
+		if _, set := l[k]; !set {
+			l[k] = v
+		}
+	}
+	return l
 }
 
 func scrapeRequests(ctx context.Context, cs kubernetes.Interface) (metrics.RequestCounts, error) {

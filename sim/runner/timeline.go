@@ -17,8 +17,10 @@ import (
 
 // writeTimeline writes one line per pod of the run to path: its name and, as wall-clock Unix
 // seconds (to line up with the components' logs), when it was first seen, first seen
-// unschedulable and seen bound; "-" where that never happened. It is what tells where a pod's
-// time went between the controller that made it and its binding.
+// unschedulable and seen bound; then its node and when it was seen finished or deleted; "-"
+// where that never happened. It is what tells where a pod's time went between the controller
+// that made it and its binding, and with the node and end which GPUs were free meanwhile
+// (the replay of sim/metrics frees a pod's GPUs at that end).
 func (r *recorder) writeTimeline(path string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -32,7 +34,7 @@ func (r *recorder) writeTimeline(path string) error {
 		return fmt.Errorf("creating the pod timeline: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, "pod\tseen\tunschedulable\tbound")
+	fmt.Fprintln(w, "pod\tseen\tunschedulable\tbound\tnode\tended")
 	stamp := func(d time.Duration, ok bool) string {
 		if !ok {
 			return "-"
@@ -45,7 +47,11 @@ func (r *recorder) writeTimeline(path string) error {
 		if name == "" {
 			name = n
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, stamp(p.seen, p.seenOK), stamp(p.unschedAt, p.unschedOK), stamp(p.bound, p.boundOK))
+		node := p.node
+		if node == "" {
+			node = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, stamp(p.seen, p.seenOK), stamp(p.unschedAt, p.unschedOK), stamp(p.bound, p.boundOK), node, stamp(p.ended, p.endedOK))
 	}
 	if err := w.Flush(); err != nil {
 		_ = f.Close()
