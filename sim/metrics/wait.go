@@ -1,7 +1,10 @@
 package metrics
 
 import (
+	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -15,8 +18,10 @@ import (
 // "Free" is the replay's: a pod's GPUs are taken when it was seen bound and given back when it
 // was seen finished or deleted. That is when a scheduler's informers learn of either, so a GPU
 // counts as free from the moment a scheduler could first know it was, and not from when the
-// pod's process stopped. Our scheduler takes GPUs in Reserve a little before the binding is
-// seen; those few milliseconds read as free, which WaitTolerance absorbs.
+// pod's process stopped. gpu-scheduler takes GPUs in Reserve, and its PreBind writes a lease
+// per GPU before the binding can be seen (60-280 ms for the 8-GPU pods of one quickstart
+// run): that time reads as free, to the pod itself and to any other pod waiting beside it, so
+// the figures are upper bounds for it. WaitTolerance absorbs the shorter such windows.
 
 // WaitTolerance is how long a fitting placement may have sat free while a pod waited before the
 // wait counts as avoidable: about what the scheduler needs to learn of a release and bind.
@@ -104,21 +109,42 @@ func waitedPods(in Input, median time.Duration) []int {
 
 // waiter follows one pod from its evSeen to its evBind.
 type waiter struct {
-	fits  []bool // by node index: a fitting placement is free there
-	nfit  int
-	since time.Duration // when nfit last rose from 0
+	since time.Duration // when its shape last gained a fit, while it waited
 	w     Wait
 }
 
+// shape is what decides where a claim fits (fitsKey); pods of one shape fit on the same nodes,
+// so the replay judges a changed node once per shape, not once per waiting pod.
+type shape struct {
+	pod     *Pod // one pod of the shape, to judge nodes with
+	fits    []bool
+	nfit    int
+	waiters map[int]*waiter // by pod index
+}
+
 type waitTracker struct {
-	active map[int]*waiter // by pod index
-	done   []Wait
+	shapes map[string]*shape
+	// of is the shape of each pod being followed, by pod index.
+	of   map[int]*shape
+	done []Wait
 	// capacity marks the pods (indexes into Input.Pods) that found no fit free when seen.
 	capacity map[int]bool
 }
 
 func newWaitTracker() *waitTracker {
-	return &waitTracker{active: map[int]*waiter{}, capacity: map[int]bool{}}
+	return &waitTracker{shapes: map[string]*shape{}, of: map[int]*shape{}, capacity: map[int]bool{}}
+}
+
+// fitsKey is what of p fits reads.
+func (rp *replay) fitsKey(p *Pod) string {
+	keys := slices.Sorted(maps.Keys(p.Selector))
+	sel := make([]string, 0, len(keys))
+	for _, k := range keys {
+		sel = append(sel, k+"="+p.Selector[k])
+	}
+	shared := p.Shared && !rp.in.AnyN
+	required := p.Topology == "Required" && !rp.in.AnyN
+	return fmt.Sprintf("%d/%t/%t/%d/%s", p.GPUs, shared, required, p.MinBandwidthGBps, strings.Join(sel, ","))
 }
 
 // fits reports whether ns, as it is now, has free a placement that satisfies p's claim: its
@@ -175,54 +201,64 @@ func (ns *nodeState) bandwidth(id int) int {
 	return 0
 }
 
-// startWait begins following a pod that waited, judging every node as the cluster is now.
+// startWait begins following a pod that waited, from the cluster as it is now.
 func (rp *replay) startWait(pod int) {
 	if rp.waits == nil {
 		return
 	}
 	p := &rp.in.Pods[pod]
-	w := &waiter{fits: make([]bool, len(rp.order)), w: Wait{Pod: p.Name, Seen: rp.now, Bound: p.Bound}}
-	for i, name := range rp.order {
-		if rp.fits(rp.nodes[name], p) {
-			w.fits[i] = true
-			w.nfit++
-			if w.w.FitNode == "" {
-				w.w.FitNode = name
+	key := rp.fitsKey(p)
+	sh := rp.waits.shapes[key]
+	if sh == nil {
+		sh = &shape{pod: p, fits: make([]bool, len(rp.order)), waiters: map[int]*waiter{}}
+		for i, name := range rp.order {
+			if rp.fits(rp.nodes[name], p) {
+				sh.fits[i] = true
+				sh.nfit++
 			}
 		}
+		rp.waits.shapes[key] = sh
 	}
-	if w.nfit > 0 {
+	w := &waiter{w: Wait{Pod: p.Name, Seen: rp.now, Bound: p.Bound}}
+	if sh.nfit > 0 {
 		w.since, w.w.FirstFit, w.w.FitOK = rp.now, rp.now, true
+		w.w.FitNode = rp.order[slices.Index(sh.fits, true)]
 	} else {
 		rp.waits.capacity[pod] = true
 	}
-	rp.waits.active[pod] = w
+	sh.waiters[pod] = w
+	rp.waits.of[pod] = sh
 }
 
-// updateWaits judges ns anew for every pod being followed, after a change to it.
+// updateWaits judges ns anew for every shape followed, after a change to it, and notes on
+// the pods waiting with that shape when it gained its first fit or lost its last.
 func (rp *replay) updateWaits(ns *nodeState) {
 	if rp.waits == nil || ns == nil {
 		return
 	}
-	for pod, w := range rp.waits.active {
-		f := rp.fits(ns, &rp.in.Pods[pod])
-		if f == w.fits[ns.idx] {
+	for _, sh := range rp.waits.shapes {
+		f := rp.fits(ns, sh.pod)
+		if f == sh.fits[ns.idx] {
 			continue
 		}
-		w.fits[ns.idx] = f
+		sh.fits[ns.idx] = f
 		if f {
-			w.nfit++
-			if w.nfit == 1 {
-				w.since = rp.now
-				if !w.w.FitOK {
-					w.w.FirstFit, w.w.FitOK, w.w.FitNode = rp.now, true, ns.node.Name
+			sh.nfit++
+			if sh.nfit == 1 {
+				for _, w := range sh.waiters {
+					w.since = rp.now
+					if !w.w.FitOK {
+						w.w.FirstFit, w.w.FitOK, w.w.FitNode = rp.now, true, ns.node.Name
+					}
 				}
 			}
 			continue
 		}
-		w.nfit--
-		if w.nfit == 0 {
-			w.w.FitFree += rp.now - w.since
+		sh.nfit--
+		if sh.nfit == 0 {
+			for _, w := range sh.waiters {
+				w.w.FitFree += rp.now - w.since
+			}
 		}
 	}
 }
@@ -232,12 +268,14 @@ func (rp *replay) endWait(pod int) {
 	if rp.waits == nil {
 		return
 	}
-	w, ok := rp.waits.active[pod]
+	sh, ok := rp.waits.of[pod]
 	if !ok {
 		return
 	}
-	delete(rp.waits.active, pod)
-	if w.nfit > 0 {
+	w := sh.waiters[pod]
+	delete(sh.waiters, pod)
+	delete(rp.waits.of, pod)
+	if sh.nfit > 0 {
 		w.w.FitFree += rp.now - w.since
 	}
 	if w.w.FitOK {
