@@ -3,7 +3,8 @@
 // gpu-{node}-{id} so that no two pods ever share an exclusive GPU, whatever number of
 // schedulers race.
 //
-// One file per extension point: prefilter.go, filter.go, score.go, reserve.go, permit.go,
+// One file per extension point: preenqueue.go (with several scheduler processes, each queues
+// only its share of the pods; scheduler/peers), prefilter.go, filter.go, score.go, reserve.go, permit.go,
 // prebind.go, bind.go, postbind.go, postfilter.go, and events.go for the queueing hints;
 // gang.go keeps the claims of a gang all or nothing; schedulingmap.go pins a pod to its entry
 // in the gpu-scheduling-map annotation. ledger.go is the

@@ -53,3 +53,18 @@ gpu_scheduler_pending_claims_max_age_seconds 420
 		t.Error(err)
 	}
 }
+
+func TestPeersGauges(t *testing.T) {
+	SetPeersSource(func() (int, int) { return 2, 17 })
+	defer SetPeersSource(nil)
+	if err := testutil.CustomCollectAndCompare(&fleetCollector{}, strings.NewReader(`
+# HELP gpu_scheduler_peers [ALPHA] gpu-scheduler processes that serve this profile and divide its GPU pods among them, this one included (1: it schedules them all).
+# TYPE gpu_scheduler_peers gauge
+gpu_scheduler_peers 2
+# HELP gpu_scheduler_pods_left_to_peers [ALPHA] Pending GPU pods this process leaves to the peer that owns them.
+# TYPE gpu_scheduler_pods_left_to_peers gauge
+gpu_scheduler_pods_left_to_peers 17
+`), "gpu_scheduler_peers", "gpu_scheduler_pods_left_to_peers"); err != nil {
+		t.Error(err)
+	}
+}
