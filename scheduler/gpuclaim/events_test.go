@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gpulisters "github.com/gpu-scheduler/gpu-scheduler/api/generated/listers/api/v1"
@@ -22,7 +23,7 @@ func hintPlugin(t *testing.T, claims ...*apiv1.GpuClaim) *Plugin {
 			t.Fatal(err)
 		}
 	}
-	return &Plugin{claimLister: gpulisters.NewGpuClaimLister(idx), clock: clocktesting.NewFakeClock(time.Now()), freshness: time.Minute}
+	return &Plugin{claimLister: gpulisters.NewGpuClaimLister(idx), clock: clocktesting.NewFakeClock(time.Now()), freshness: time.Minute, ledger: newLedger(), pods: newPodTracker()}
 }
 
 func gpuPod(name, claim string) *v1.Pod {
@@ -171,5 +172,42 @@ func TestBecameFresh(t *testing.T) {
 		if got := p.becameFresh(tt.before, tt.after); got != tt.want {
 			t.Errorf("%s: becameFresh = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestPodDeletedHintFreesTheLedgerFirst: the framework retries a waiting pod as soon as the
+// delete hint says Queue, possibly before the plugin's own pod handler has seen the delete. The
+// retry must find the deleted pod's GPUs free, or it goes back to wait while they are.
+func TestPodDeletedHintFreesTheLedgerFirst(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)},
+		claimObj("seven", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 7}}),
+		claimObj("four", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}}))
+	holder := gpuPod("holder", "seven")
+	if got, st, _ := e.schedule(t, holder); st != nil || got != "a" {
+		t.Fatalf("holder: node %q, status %v", got, st)
+	}
+	waiting := gpuPod("waiting", "four")
+	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), waiting, nil); st.IsSuccess() {
+		t.Fatal("a 4-GPU pod fit beside a 7-GPU pod on an 8-GPU node with one GPU unhealthy")
+	}
+	// The holder finishes; only the queue's hint has seen it so far. (The fake client's Binding
+	// does not copy the allocation onto the pod as the API server does: set it here.)
+	node, ids := e.p.ledger.holdsOf(holder.UID)
+	if node != "a" || len(ids) != 7 {
+		t.Fatalf("the ledger holds %s %v for the holder", node, ids)
+	}
+	bound := holder.DeepCopy()
+	bound.Spec.NodeName = node
+	bound.Annotations[apiv1.AnnotationAllocated] = apiv1.Allocation{Node: node, IDs: ids}.String()
+	logger, _ := ktesting.NewTestContext(t)
+	if hint, err := e.p.isSchedulableAfterPodDeleted(logger, waiting, bound, nil); err != nil || hint != fwk.Queue {
+		t.Fatalf("hint %v, %v; want Queue", hint, err)
+	}
+	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), waiting, nil); !st.IsSuccess() {
+		t.Fatalf("the retry right after the hint: %v; want the freed GPUs offered", st)
+	}
+	// And it binds, taking over the holder's leases, which nobody has released yet.
+	if got, st, _ := e.schedule(t, waiting); st != nil || got != "a" {
+		t.Fatalf("the retry right after the hint: node %q, status %v; want node a", got, st)
 	}
 }
