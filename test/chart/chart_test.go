@@ -172,10 +172,6 @@ func TestValuesRejected(t *testing.T) {
 		args: []string{"--namespace", "default"},
 		want: `install into a namespace of its own, not "default"`,
 	}, {
-		name: "replicas without leader election",
-		args: []string{"--set", "scheduler.leaderElection.enabled=false"},
-		want: "scheduler.replicas is 2 but scheduler.leaderElection.enabled is false",
-	}, {
 		name: "scheduler user the webhook's match condition cannot hold",
 		args: []string{"--set", "webhook.extraSchedulerUsers={x'] || true || ['}"},
 		want: `scheduler user "x'] || true || ['" contains a quote, a backslash or a control character`,
@@ -251,6 +247,20 @@ func TestSchedulerConfigMatchesShipped(t *testing.T) {
 			t.Errorf("orphanLeaseGraceSeconds = %d, want the shipped %d", *args.OrphanLeaseGraceSeconds, *want.OrphanLeaseGraceSeconds)
 		}
 	})
+}
+
+// Without leader election several replicas run active-active (they divide the pods by their
+// peer leases): the chart renders them, with leader election off in their configuration.
+func TestActiveActiveReplicas(t *testing.T) {
+	objs := parseObjects(t, mustTemplate(t, "--set", "scheduler.replicas=3", "--set", "scheduler.leaderElection.enabled=false"))
+	if got := loadSchedulerConfig(t, configMapData(t, objs)); got.LeaderElection.LeaderElect {
+		t.Error("leader election on in the configuration of active-active replicas")
+	}
+	var dep appsv1.Deployment
+	into(t, find(t, objs, "Deployment", releaseName), &dep)
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
+		t.Errorf("scheduler replicas = %v, want 3", dep.Spec.Replicas)
+	}
 }
 
 func configMapData(t *testing.T, objs []*unstructured.Unstructured) []byte {

@@ -127,9 +127,6 @@ Installation checks that the schema cannot express (they span several values or 
 {{- if and (eq .Release.Namespace "default") (not .Values.allowDefaultNamespace) -}}
 {{- fail "gpu-scheduler: install into a namespace of its own, not \"default\": the webhooks skip the release namespace, so GPU pods in it would get no visible-devices variables and no allocation guard. Run: helm install gpu-scheduler charts/gpu-scheduler --namespace gpu-scheduler --create-namespace (or set allowDefaultNamespace=true if you really mean it)" -}}
 {{- end -}}
-{{- if and (gt (int .Values.scheduler.replicas) 1) (not .Values.scheduler.leaderElection.enabled) -}}
-{{- fail (printf "gpu-scheduler: scheduler.replicas is %d but scheduler.leaderElection.enabled is false: every replica would schedule the same pods; enable leader election or run one replica" (int .Values.scheduler.replicas)) -}}
-{{- end -}}
 {{- if and (eq .Values.agent.nvml.mode "hostPath") (not .Values.agent.nvml.hostPath.libraryDir) -}}
 {{- fail "gpu-scheduler: agent.nvml.mode is hostPath but agent.nvml.hostPath.libraryDir is empty: name the host directory that holds libnvidia-ml.so.1" -}}
 {{- end -}}
