@@ -331,6 +331,32 @@ func TestScoreRanksPlacements(t *testing.T) {
 	}
 }
 
+// A claim that ignores topology scores best where it strands the fewest GPUs in the islands it
+// uses: filling two free NVLink pairs beats taking half of a free 8-GPU box, which an 8-GPU
+// claim needs whole. A Preferred claim still ranks one island first.
+func TestBestFitAcrossIslands(t *testing.T) {
+	ignore := Request{Count: 4, Policy: Contiguous, Topology: Ignore}
+	pairs, err := Allocate(NVLinkPairs("pairs", 8, 300).Node(), ignore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := Allocate(DGX("box", 8, 900).Node(), ignore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pairs.IslandLocal || pairs.Score <= box.Score {
+		t.Fatalf("4 GPUs ignoring topology: two full pairs score %d (island-local %v), half a free box %d; want the pairs higher",
+			pairs.Score, pairs.IslandLocal, box.Score)
+	}
+	preferred := ignore
+	preferred.Topology = Preferred
+	pairsP, _ := Allocate(NVLinkPairs("pairs", 8, 300).Node(), preferred)
+	boxP, _ := Allocate(DGX("box", 8, 900).Node(), preferred)
+	if boxP.Score <= pairsP.Score {
+		t.Fatalf("4 GPUs preferring one island: the box scores %d, the pairs %d; want the box higher", boxP.Score, pairsP.Score)
+	}
+}
+
 func TestSpreadScorePrefersNodesThatCanSpread(t *testing.T) {
 	req := Request{Count: 2, Policy: Spread}
 	halfFull, err := Allocate(seedBox().HeldBy("p", 0, 1, 2, 3).Node(), req)

@@ -41,15 +41,23 @@ func (v *view) score(res *Result) {
 	}
 	// Bandwidth: the share of chosen GPUs meeting the minimum (all of them when none is asked).
 	bandwidth := 100 * meetBW / len(res.IDs)
-	// Best fit: filling an island exactly keeps the other islands whole; breaking a big free
-	// island for a small request costs in proportion to what it leaves stranded. Fit, which
-	// binpack ranks nodes by, counts the GPUs left instead (see Result.Fit).
-	bestFit := 0
+	// Best fit: filling islands exactly keeps the other islands whole; breaking a big free
+	// island for a small request costs in proportion to what it leaves stranded in the islands
+	// it uses. That holds across islands too: a 4-GPU claim that fills two free NVLink pairs
+	// strands nothing, one that takes half of a free 8-GPU island strands four GPUs that an
+	// 8-GPU claim needed (scoring every multi-island placement 0 here sent 4-GPU claims that
+	// ignore topology to the 8-GPU boxes and left the full-box claims waiting). Fit, which
+	// binpack ranks nodes by, counts the GPUs left in an island-local placement's island
+	// instead (see Result.Fit).
+	stranded, spanned := 0, 0
+	for i, n := range islandCount {
+		stranded += len(v.islands[i].free) - n
+		spanned += v.islands[i].size
+	}
+	bestFit := 100 - 100*stranded/spanned
 	if res.IslandLocal {
 		for i, n := range islandCount {
-			free := len(v.islands[i].free)
-			bestFit = 100 - 100*(free-n)/v.islands[i].size
-			res.Fit = 100 * n / free
+			res.Fit = 100 * n / len(v.islands[i].free)
 		}
 	}
 
