@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -118,42 +119,76 @@ func (p *Plugin) newLease(pod *v1.Pod, node string, id int, shared bool) (*coord
 // plain Create: AlreadyExists means someone else holds it. A Shared GPU is joined by updating
 // its lease with optimistic concurrency, and only while the lease is a shared one, so an
 // Exclusive and a Shared pod can never both hold it.
+//
+// The first GPU's lease is taken alone and the others' together: two schedulers that picked
+// the same node for the same claim picked the same first GPU, so a lost race most often costs
+// one failed create and nothing to roll back; and an 8-GPU pod waits two round trips before
+// its binding instead of eight (quickstart: 60-280 ms from reservation to binding with the
+// creates one after another, on a 2-core machine).
 func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []int, shared bool) ([]string, error) {
 	if err := p.precheck(ctx, pod, node, ids, shared); err != nil {
 		return nil, err
 	}
-	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
-	var taken []string
-	for _, id := range ids {
-		l, err := p.newLease(pod, node, id, shared)
-		if err != nil {
-			return taken, err
-		}
-		_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
-		var cur *coordinationv1.Lease
-		if apierrors.IsAlreadyExists(err) {
-			var gone bool
-			if gone, cur = p.takeOverStale(ctx, l.Name, pod.UID); gone {
-				_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
-			}
-		}
-		switch {
-		case err == nil:
-			taken = append(taken, l.Name)
-			continue
-		case !apierrors.IsAlreadyExists(err):
-			return taken, fmt.Errorf("creating lease %s/%s: %w", l.Namespace, l.Name, err)
-		case !shared && cur != nil && holds(cur, pod.UID):
-			return taken, fmt.Errorf("GPU %d on node %s (lease %s, taken by another attempt at this pod): %w", id, node, l.Name, errLeaseConflict)
-		case !shared:
-			return taken, fmt.Errorf("GPU %d on node %s (lease %s): %w", id, node, l.Name, errLeaseConflict)
-		}
-		if err := p.joinShared(ctx, l.Name, node, id, pod.UID); err != nil {
-			return taken, err
-		}
-		taken = append(taken, l.Name)
+	if len(ids) == 0 {
+		return nil, nil
 	}
-	return taken, nil
+	first, err := p.acquireOne(ctx, pod, node, ids[0], shared)
+	if err != nil {
+		return nil, err
+	}
+	rest := ids[1:]
+	names := make([]string, len(rest))
+	errs := make([]error, len(rest))
+	var wg sync.WaitGroup
+	for i, id := range rest {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared)
+		}()
+	}
+	wg.Wait()
+	taken := []string{first}
+	var failed error
+	for i := range rest {
+		if errs[i] == nil {
+			taken = append(taken, names[i])
+		} else if failed == nil {
+			failed = errs[i]
+		}
+	}
+	return taken, failed
+}
+
+// acquireOne locks GPU id of node for pod and returns its lease's name (see acquire).
+func (p *Plugin) acquireOne(ctx context.Context, pod *v1.Pod, node string, id int, shared bool) (string, error) {
+	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
+	l, err := p.newLease(pod, node, id, shared)
+	if err != nil {
+		return "", err
+	}
+	_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
+	var cur *coordinationv1.Lease
+	if apierrors.IsAlreadyExists(err) {
+		var gone bool
+		if gone, cur = p.takeOverStale(ctx, l.Name, pod.UID); gone {
+			_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
+		}
+	}
+	switch {
+	case err == nil:
+		return l.Name, nil
+	case !apierrors.IsAlreadyExists(err):
+		return "", fmt.Errorf("creating lease %s/%s: %w", l.Namespace, l.Name, err)
+	case !shared && cur != nil && holds(cur, pod.UID):
+		return "", fmt.Errorf("GPU %d on node %s (lease %s, taken by another attempt at this pod): %w", id, node, l.Name, errLeaseConflict)
+	case !shared:
+		return "", fmt.Errorf("GPU %d on node %s (lease %s): %w", id, node, l.Name, errLeaseConflict)
+	}
+	if err := p.joinShared(ctx, l.Name, node, id, pod.UID); err != nil {
+		return "", err
+	}
+	return l.Name, nil
 }
 
 // precheck looks up every GPU's lease in the informer before any is created, so that an
