@@ -124,7 +124,9 @@ func (p *Plugin) newLease(pod *v1.Pod, node string, id int, shared bool) (*coord
 // the same node for the same claim picked the same first GPU, so a lost race most often costs
 // one failed create and nothing to roll back; and an 8-GPU pod waits two round trips before
 // its binding instead of eight (quickstart: 60-280 ms from reservation to binding with the
-// creates one after another, on a 2-core machine).
+// creates one after another, on a 2-core machine). At most parallelLeaseCreates of those run at
+// once across all pods; beyond that a pod makes its creates one after another, as a saturated
+// API server gains nothing from more requests in flight.
 func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []int, shared bool) ([]string, error) {
 	if err := p.precheck(ctx, pod, node, ids, shared); err != nil {
 		return nil, err
@@ -141,11 +143,20 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 	errs := make([]error, len(rest))
 	var wg sync.WaitGroup
 	for i, id := range rest {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		select {
+		case p.createSlots <- struct{}{}:
+			wg.Add(1)
+			go func() {
+				defer func() { <-p.createSlots; wg.Done() }()
+				names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared)
+			}()
+		default:
+			// Every spare slot is taken: a burst keeps many pods in PreBind at once, and more
+			// requests in flight would only queue in a saturated API server (scale-5k: pod
+			// creates and watches fell behind with unbounded parallel creates). This one is
+			// made here, in turn.
 			names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared)
-		}()
+		}
 	}
 	wg.Wait()
 	taken := []string{first}
@@ -159,6 +170,9 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 	}
 	return taken, failed
 }
+
+// parallelLeaseCreates bounds the lease creates made alongside others, across all pods.
+const parallelLeaseCreates = 16
 
 // acquireOne locks GPU id of node for pod and returns its lease's name (see acquire).
 func (p *Plugin) acquireOne(ctx context.Context, pod *v1.Pod, node string, id int, shared bool) (string, error) {

@@ -110,6 +110,8 @@ type Plugin struct {
 	peers     *peers.Membership
 	joinPeers func()
 	deferred  *deferredPods
+	// createSlots bounds the GPU lease creates made in parallel (leases.go).
+	createSlots chan struct{}
 
 	releaseQueue workqueue.TypedRateLimitingInterface[types.UID]
 	releaseMu    sync.Mutex
@@ -164,6 +166,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		releases:     map[types.UID]podRef{},
 		waiting:      newWaitingPods(),
 		deferred:     newDeferredPods(),
+		createSlots:  make(chan struct{}, parallelLeaseCreates),
 	}
 	p.status = newStatusWriter(p)
 	// The GPUs gauge reads this plugin's ledger at scrape time. With several profiles the last
