@@ -38,15 +38,25 @@ func registerLeaseSteps(sc *godog.ScenarioContext) {
 // election, so that both schedule every pod and race for the same GPUs.
 func secondScheduler(ctx context.Context) error {
 	st := state(ctx)
+	name := st.extraSchedulerName(len(st.schedulers))
 	sched, err := launch.StartScheduler(ctx, st.suite.cluster, launch.SchedulerOptions{
-		Name:           st.extraSchedulerName(len(st.schedulers)),
+		Name:           name,
 		LeaseNamespace: LeaseNamespace,
 	})
 	if err != nil {
 		return err
 	}
 	st.schedulers = append(st.schedulers, sched)
-	return nil
+	// Without leader election it announces itself at start (its peer lease); the scenario's
+	// pods come after, as they would after a rollout, not in the moment before its peers know.
+	lease := apiv1.SchedulerPeerLeaseName(name)
+	return eventually(ctx, 10*time.Second, "peer lease "+lease+" created", func(ctx context.Context) (bool, string, error) {
+		_, err := st.suite.kube.CoordinationV1().Leases(LeaseNamespace).Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	})
 }
 
 // bothSchedulersBound reads, in each scheduler's log, the pods of the scenario's batches it

@@ -28,7 +28,11 @@ const defaultFeatureGates = "NominatedNodeNameForExpectation=false"
 
 func main() {
 	metrics.Register()
-	os.Exit(cli.Run(newCommand()))
+	code := cli.Run(newCommand())
+	// kube-scheduler returns once its context ends (SIGTERM); the plugin's peer leases must go
+	// before the process does, or its peers would wait for them to expire.
+	gpuclaim.LeavePeers()
+	os.Exit(code)
 }
 
 // newCommand is kube-scheduler's command with --scheduler-name added. The name is applied by

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,25 @@ var joinAtStart atomic.Bool
 // joins, so no pod is left to a process that does not schedule).
 func JoinPeersAtStart(on bool) { joinAtStart.Store(on) }
 
+// memberships are the peer memberships of this process's plugins (one per profile), for
+// LeavePeers.
+var memberships struct {
+	sync.Mutex
+	all []*peers.Membership
+}
+
+// LeavePeers deletes the peer leases of this process's plugins, synchronously: the command
+// calls it when the scheduler has stopped and before it exits, so that the peers take over
+// this process's pods at once rather than when its leases run out.
+func LeavePeers() {
+	memberships.Lock()
+	all := slices.Clone(memberships.all)
+	memberships.Unlock()
+	for _, m := range all {
+		m.Leave()
+	}
+}
+
 // startPeers makes this process a peer of the others serving its profile, when it knows its
 // profile: it watches their leases before New returns (so the first pods are divided by the
 // peers already running) and joins, renewing its own lease, at once without leader election
@@ -110,6 +130,9 @@ func (p *Plugin) startPeers(ctx context.Context) error {
 	}
 	p.peers = m
 	p.joinPeers = func() { m.Join(ctx) }
+	memberships.Lock()
+	memberships.all = append(memberships.all, m)
+	memberships.Unlock()
 	if joinAtStart.Load() {
 		m.Join(ctx)
 	}

@@ -22,6 +22,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -82,6 +83,11 @@ type Membership struct {
 	view *View
 
 	join sync.Once
+	// mine is this process's lease as it last wrote it; leaving deletes it (once).
+	mine      atomic.Pointer[coordinationv1.Lease]
+	joined    atomic.Bool
+	leaving   atomic.Bool
+	leaveOnce sync.Once
 }
 
 // observation is what this process knows of one peer's lease.
@@ -240,24 +246,39 @@ func (m *Membership) Refresh() {
 // it when it starts scheduling: a standby under leader election never joins, so no pod is
 // left to a process that does not schedule.
 func (m *Membership) Join(ctx context.Context) {
-	m.join.Do(func() { go m.renew(ctx) })
+	m.join.Do(func() {
+		m.joined.Store(true)
+		go m.renew(ctx)
+	})
+}
+
+// Leave deletes this process's peer lease, once and synchronously, so that its share passes to
+// the others at once instead of after the lease duration; renewals stop. The renewal loop
+// calls it when its context ends, but a process that exits right after its context ends
+// (kube-scheduler returns from Run, and the command exits) must call it itself before it
+// exits, or the delete may never be sent. A process that never joined has nothing to delete.
+func (m *Membership) Leave() {
+	if !m.joined.Load() {
+		return
+	}
+	m.leaving.Store(true)
+	m.leaveOnce.Do(func() { m.leave(m.mine.Load()) })
 }
 
 func (m *Membership) renew(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("scheduler-peers")
 	logger.Info("Joining the schedulers of this profile", "profile", m.cfg.Profile, "identity", m.cfg.Identity, "lease", klog.KRef(m.cfg.Namespace, m.leaseName))
-	var mine *coordinationv1.Lease
 	t := m.cfg.Clock.NewTicker(m.cfg.RenewEvery)
 	defer t.Stop()
-	for {
-		l, err := m.renewOnce(ctx, mine)
+	for !m.leaving.Load() {
+		l, err := m.renewOnce(ctx, m.mine.Load())
 		if err != nil && ctx.Err() == nil {
 			logger.Error(err, "Renewing the scheduler peer lease", "lease", klog.KRef(m.cfg.Namespace, m.leaseName))
 		}
-		mine = l
+		m.mine.Store(l)
 		select {
 		case <-ctx.Done():
-			m.leave(mine)
+			m.Leave()
 			return
 		case <-t.C():
 		}

@@ -110,6 +110,24 @@ func TestPeersJoinAndLeave(t *testing.T) {
 	}
 	stopB()
 	waitPeers(t, a, 1)
+
+	// Leave, called by a process about to exit while its context still runs, deletes the lease
+	// at once, and the renewals stop: it does not come back.
+	c := newMembership(t, client, clk, "sched-c", nil)
+	c.Join(ctx)
+	waitPeers(t, a, 2)
+	c.Leave()
+	if _, err := client.CoordinationV1().Leases("gpu-scheduler").Get(ctx, apiv1.SchedulerPeerLeaseName("sched-c"), metav1.GetOptions{}); err == nil {
+		t.Fatal("the peer lease is still there after Leave")
+	}
+	for range 3 {
+		clk.Step(DefaultRenewEvery)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := client.CoordinationV1().Leases("gpu-scheduler").Get(ctx, apiv1.SchedulerPeerLeaseName("sched-c"), metav1.GetOptions{}); err == nil {
+		t.Fatal("the peer lease came back after Leave")
+	}
+	newMembership(t, client, clk, "never-joined", nil).Leave() // nothing to delete, no panic
 }
 
 // TestPeerThatStopsRenewingExpires: a peer whose lease stops changing (it crashed) counts for
