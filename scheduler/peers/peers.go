@@ -19,7 +19,6 @@ package peers
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -79,8 +78,9 @@ type Membership struct {
 	mu sync.Mutex
 	// seen holds the peer leases the informer shows, by lease name.
 	seen map[string]observation
-	// view is the current set of live peers; replaced, never changed in place.
-	view *View
+	// view is the current set of live peers; replaced under mu, never changed in place, and
+	// read without the lock: every GPU pod's PreEnqueue, PreFilter and PreBind read it.
+	view atomic.Pointer[View]
 
 	join sync.Once
 	// mine is this process's lease as it last wrote it; leaving deletes it (once).
@@ -126,7 +126,7 @@ func New(cfg Config) (*Membership, error) {
 		leaseName: apiv1.SchedulerPeerLeaseName(cfg.Identity),
 		seen:      map[string]observation{},
 	}
-	m.view = &View{self: cfg.Identity, peers: []string{cfg.Identity}}
+	m.view.Store(&View{self: cfg.Identity, peers: []string{cfg.Identity}})
 	return m, nil
 }
 
@@ -136,11 +136,7 @@ func (m *Membership) Identity() string { return m.cfg.Identity }
 // Current returns the live peers as this process sees them now. This process always counts
 // itself, even before it joins: a process that schedules owns its share from the start, and
 // the others learn of it from its lease a moment later.
-func (m *Membership) Current() *View {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.view
-}
+func (m *Membership) Current() *View { return m.view.Load() }
 
 // Watch starts an informer on the profile's peer leases and a clock that expires peers that
 // stopped renewing. It returns once the informer has listed the leases, so that the first
@@ -228,9 +224,9 @@ func (m *Membership) Refresh() {
 		}
 	}
 	slices.Sort(peers)
-	changed := !slices.Equal(peers, m.view.peers)
+	changed := !slices.Equal(peers, m.view.Load().peers)
 	if changed {
-		m.view = &View{self: m.cfg.Identity, peers: peers}
+		m.view.Store(&View{self: m.cfg.Identity, peers: peers})
 	}
 	m.mu.Unlock()
 	if changed {
@@ -387,13 +383,20 @@ func (v *View) Owner(key string) string {
 func (v *View) Mine(key string) bool { return len(v.peers) == 1 || v.Owner(key) == v.self }
 
 func score(peer, key string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(peer))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(key))
+	// FNV-1a of peer, a zero byte and key, written out rather than through hash/fnv: PreFilter
+	// asks this for every candidate node while peers share the work, and converting the strings
+	// to byte slices for a hash.Hash allocated twice per call.
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	x := uint64(offset64)
+	for i := 0; i < len(peer); i++ {
+		x = (x ^ uint64(peer[i])) * prime64
+	}
+	x *= prime64 // the zero byte between them
+	for i := 0; i < len(key); i++ {
+		x = (x ^ uint64(key[i])) * prime64
+	}
 	// fnv's last bytes barely reach the high bits; mix them (splitmix64's finaliser) so that
 	// keys that differ only at the end spread evenly across peers.
-	x := h.Sum64()
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

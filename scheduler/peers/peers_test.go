@@ -3,6 +3,7 @@ package peers
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,5 +176,25 @@ func TestPeerThatStopsRenewingExpires(t *testing.T) {
 	}
 	if changes.Load() == before {
 		t.Error("OnChange was not called when the ghost expired")
+	}
+}
+
+// The owner of a key is a pure function of the peers and the key, the same in every process:
+// pinned here so that a change to the hash, which would move pods between live peers on a
+// rolling update of mixed versions, is a deliberate one.
+func TestScoreIsFNV1aMixed(t *testing.T) {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("peer-a\x00pod-uid-1"))
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	if got := score("peer-a", "pod-uid-1"); got != x {
+		t.Fatalf("score = %x, want %x", got, x)
+	}
+	if n := testing.AllocsPerRun(100, func() { score("peer-a", "node:h100-00017") }); n != 0 {
+		t.Errorf("score allocates %v times per call", n)
 	}
 }
