@@ -70,7 +70,7 @@ test-sim: tools build
 	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run scenarios/smoke.yaml
 	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run scenarios/workloads-smoke.yaml
 
-## e2e-gpu: on a machine with an NVIDIA driver: the node-level hardware check (real NVML through the agent's adapter; the kubelet's device manager hands a pod's container exactly its GPU, checked with nvidia-smi -L), then, when the current kubectl context reaches a cluster, the chart and a 2-GPU pod; exits 0 with a message when there is no driver (docs/node.md)
+## e2e-gpu: on a machine with an NVIDIA driver: the node-level hardware check (real NVML through the agent's adapter; the whole agent's GpuNodeStatus and ResourceSlice checked against nvidia-smi; the kubelet's device manager hands a pod's container exactly its GPU, checked with nvidia-smi -L), then, when the current kubectl context reaches a cluster, the chart and a 2-GPU pod; exits 0 with a message when there is no driver (docs/node.md)
 .PHONY: e2e-gpu
 e2e-gpu:
 	bash hack/e2e-gpu.sh
@@ -80,6 +80,7 @@ e2e-gpu:
 e2e-gpu-bin:
 	@mkdir -p bin/e2e-gpu
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o bin/e2e-gpu/nvmlgpu.test ./agent/nvmlgpu
+	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o bin/e2e-gpu/agent.test ./agent
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o bin/e2e-gpu/deviceplugin.test ./agent/deviceplugin
 
 ## cluster-up: start a local control plane with the stock scheduler (NODES=n fake GPU nodes); prints its KUBECONFIG

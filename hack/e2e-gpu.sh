@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Hardware check on a real GPU machine (docs/node.md, "make e2e-gpu"). Skips (exit 0) when this
 # machine has no NVIDIA driver. Otherwise:
-#  1. node (always): the agent's NVML adapter over the real GPUs (TestRealNVML), and the
+#  1. node (always): the agent's NVML adapter over the real GPUs (TestRealNVML), the whole agent
+#     writing the GpuNodeStatus and the DRA ResourceSlice, checked against nvidia-smi
+#     (TestRealAgent), and the
 #     kubelet's own device manager handing a pod's container exactly its scheduler-chosen GPU,
 #     proven with nvidia-smi -L in a /dev holding only the CDI-resolved device nodes
 #     (TestRealGPUContainerView). Run with `go test`, or, where there is no Go toolchain, from
@@ -18,7 +20,7 @@ NS=${E2E_NAMESPACE:-gpu-e2e}
 RELEASE_NS=${RELEASE_NAMESPACE:-gpu-scheduler}
 IMAGE=${E2E_IMAGE:-nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04}
 COUNT=2
-NODE_TESTS='^(TestRealNVML|TestRealGPUContainerView)$'
+NODE_TESTS='^(TestRealNVML|TestRealAgent|TestRealGPUContainerView)$'
 
 have_driver() {
 	command -v nvidia-smi >/dev/null 2>&1 || return 1
@@ -49,12 +51,12 @@ node_check() {
 	log=$(mktemp)
 	if [ -n "${E2E_GPU_TESTBIN:-}" ]; then
 		echo "e2e-gpu: node check from the test binaries in $E2E_GPU_TESTBIN"
-		for t in nvmlgpu deviceplugin; do
+		for t in nvmlgpu agent deviceplugin; do
 			"$E2E_GPU_TESTBIN/$t.test" -test.run "$NODE_TESTS" -test.count=1 -test.v 2>&1 | tee -a "$log" || status=1
 		done
 	elif command -v go >/dev/null 2>&1; then
 		echo "e2e-gpu: node check with go test"
-		CGO_ENABLED=1 go test -count=1 -v -run "$NODE_TESTS" ./agent/nvmlgpu ./agent/deviceplugin 2>&1 | tee "$log" || status=1
+		CGO_ENABLED=1 go test -count=1 -v -run "$NODE_TESTS" ./agent/nvmlgpu ./agent ./agent/deviceplugin 2>&1 | tee "$log" || status=1
 	else
 		echo "e2e-gpu: FAILED: no Go toolchain here; build the test binaries with 'make e2e-gpu-bin' on a machine with Go, copy bin/e2e-gpu over and set E2E_GPU_TESTBIN to it"
 		rm -f "$log"
@@ -65,8 +67,8 @@ node_check() {
 		echo "e2e-gpu: FAILED: a hardware test skipped although an NVIDIA driver is present"
 		status=1
 	fi
-	if [ "$(grep -c -- '--- PASS: TestReal' "$log")" -ne 2 ]; then
-		echo "e2e-gpu: FAILED: want 2 hardware tests passed, got $(grep -c -- '--- PASS: TestReal' "$log")"
+	if [ "$(grep -c -- '--- PASS: TestReal' "$log")" -ne 3 ]; then
+		echo "e2e-gpu: FAILED: want 3 hardware tests passed, got $(grep -c -- '--- PASS: TestReal' "$log")"
 		status=1
 	fi
 	rm -f "$log"
