@@ -26,6 +26,9 @@ const AnyNNote = "The stock kube-scheduler only counts nvidia.com/gpu: it picks 
 // DRANote says what the DRA run is and what it is not.
 const DRANote = "The stock + DRA run: the same nodes publish resource.k8s.io/v1 ResourceSlices (one device per GPU with its index, UUID, model, memory, island, bandwidth and health from the agents' own discovery of the mock NVML; a GPU that is not Healthy carries a NoSchedule device taint), and each pod names a ResourceClaimTemplate of its claim's shape; the stock kube-scheduler's DynamicResources plugin allocates the devices and its GPU IDs are read from the ResourceClaims' allocation results. kwok runs the pods: no kubelet plugin prepares the devices, so the figures are about placement."
 
+// StagesNote says where the "in the scheduler" rows come from.
+const StagesNote = "In the scheduler: each scheduler's own histograms, read at the end of its workload (scheduler_pod_scheduling_sli_duration_seconds from queue entry to bound over all attempts, scheduler_scheduling_algorithm_duration_seconds, scheduler_framework_extension_point_duration_seconds for successful PreBind and Bind). Means are exact; p99 is interpolated within buckets that double in width (the queue series' first bucket is 10 ms), as histogram_quantile does. Created -> bound adds the time before the scheduler's informer queues the pod."
+
 // WaitNote says which pods count as having waited and what makes a wait avoidable.
 const WaitNote = "Waits: a bound pod waited when it was seen unschedulable or was bound more than the run's median latency + 100 ms after its creation. From the moment it was seen, the GPU occupancy replay (GPUs taken when a binding is seen, free again when the pod is seen finished or deleted, as a scheduler learns of it) finds the first moment a placement for its claim was free: its selector's nodes, enough healthy GPUs free to it, in one island at the bandwidth floor only for topology Required (Preferred makes that a wish; nvidia.com/gpu can express neither). Avoidable wait = binding - that moment (an upper bound: GPUs reserved but not yet bound read as free); a pod with no fit free when seen waited for capacity first."
 
@@ -80,6 +83,12 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 	}
 	if len(runs) > 0 {
 		r.Notes = append(r.Notes, WaitNote)
+	}
+	for _, x := range runs {
+		if x.SchedulerStages != nil {
+			r.Notes = append(r.Notes, StagesNote)
+			break
+		}
 	}
 	if withDRA != nil {
 		r.Notes = append(r.Notes, DRANote)
@@ -231,6 +240,18 @@ func freeFitWaits(w metrics.WaitFigures) string {
 	return fmt.Sprintf("%d (longest %s: %s after a fit came free, free %s of it)", w.WithFreeFit, top.Pod, dur(top.Avoidable), dur(top.FitFree))
 }
 
+// stage is one of the scheduler's stages as "mean / p99", or "-" where the run has none.
+func stage(x *runner.RunResult, pick func(*metrics.Stages) *metrics.Stage) string {
+	if x.SchedulerStages == nil {
+		return "-"
+	}
+	st := pick(x.SchedulerStages)
+	if st == nil {
+		return "-"
+	}
+	return dur(st.Mean) + " / " + dur(st.P99)
+}
+
 func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
 
 func dur(d time.Duration) string {
@@ -279,6 +300,18 @@ func (r *Report) rows() [][]string {
 		}},
 		{"latency p99 of pods that never waited for capacity", func(x *runner.RunResult) string {
 			return dur(x.Metrics.Waits.LatencyP99NoCapacityWait)
+		}},
+		{"in the scheduler, mean / p99: queue entry to bound", func(x *runner.RunResult) string {
+			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.Queued })
+		}},
+		{"  scheduling algorithm (Filter, Score)", func(x *runner.RunResult) string {
+			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.Algorithm })
+		}},
+		{"  PreBind (ours: the GPU leases; DRA: the claim's allocation)", func(x *runner.RunResult) string {
+			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.PreBind })
+		}},
+		{"  Bind", func(x *runner.RunResult) string {
+			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.Bind })
 		}},
 		{"contiguous multi-GPU pods", func(x *runner.RunResult) string { return pct(x.Metrics.ContiguityRatio) }},
 		{"island-local / contiguous had stock got the lowest free IDs", func(x *runner.RunResult) string {

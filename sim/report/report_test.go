@@ -147,6 +147,8 @@ func TestTableWaits(t *testing.T) {
 		LatencyP99NoCapacityWait: 15 * time.Millisecond,
 		Avoidable:                []metrics.Wait{{Pod: "pod-332", Avoidable: 1200 * time.Millisecond, FitFree: 400 * time.Millisecond}}}
 	stock.Metrics.Waits.LatencyP99NoCapacityWait = 12 * time.Millisecond
+	ours.SchedulerStages = &metrics.Stages{PreBind: &metrics.Stage{Count: 9, Mean: 4 * time.Millisecond, P99: 25 * time.Millisecond}, Bind: &metrics.Stage{Count: 9, Mean: 3 * time.Millisecond, P99: 6 * time.Millisecond}}
+	stock.SchedulerStages = &metrics.Stages{Bind: &metrics.Stage{Count: 9, Mean: 2500 * time.Microsecond, P99: 5 * time.Millisecond}}
 	var b bytes.Buffer
 	Build(s, "waits.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute).Table(&b)
 	out := b.String()
@@ -156,6 +158,10 @@ func TestTableWaits(t *testing.T) {
 		`avoidable wait \(bound - first fit free\) p50 / p99 / max +30ms / 1\.2s / 1\.2s +-\n`,
 		`latency p99 of pods that never waited for capacity +15ms +12ms\n`,
 		`note: Waits: a bound pod waited when`,
+		`\n  PreBind \(ours: the GPU leases; DRA: the claim's allocation\) +4ms / 25ms +-\n`,
+		`\n  Bind +3ms / 6ms +2\.5ms / 5ms\n`,
+		`\nin the scheduler, mean / p99: queue entry to bound +- +-\n`,
+		`note: In the scheduler: each scheduler's own histograms`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("the table lacks a line like %s:\n%s", re, out)

@@ -6,6 +6,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -207,6 +208,10 @@ type RunResult struct {
 	// WorkloadCPUTotal their sum: on a shared machine this says where the throughput went.
 	WorkloadCPUSeconds map[string]float64 `json:"workloadCPUSeconds"`
 	WorkloadCPUTotal   float64            `json:"workloadCPUTotal"`
+	// SchedulerStages is where the scheduled pods' latency went inside the scheduler, from its
+	// own histograms at the end of the workload; nil without a reports directory or when the
+	// scheduler's metrics could not be read (a note says why).
+	SchedulerStages *metrics.Stages `json:"schedulerStages,omitempty"`
 	// CPUCauses split the profiled processes' workload CPU by cause (Options.Profile).
 	CPUCauses    []profile.Breakdown `json:"cpuCauses,omitempty"`
 	CreateErrors int64               `json:"createErrors"`
@@ -655,8 +660,13 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 			url = c.SchedulerURL()
 		}
 		if url != "" {
-			if err := saveSchedulerMetrics(ctx, c.RESTConfig(), url, filepath.Join(o.LogDir, "scheduler-metrics-"+short+".txt")); err != nil {
+			page, err := saveSchedulerMetrics(ctx, c.RESTConfig(), url, filepath.Join(o.LogDir, "scheduler-metrics-"+short+".txt"))
+			if err != nil {
 				res.Notes = append(res.Notes, err.Error())
+			} else if st, err := metrics.ParseStages(bytes.NewReader(page)); err != nil {
+				res.Notes = append(res.Notes, err.Error())
+			} else {
+				res.SchedulerStages = &st
 			}
 		}
 	}

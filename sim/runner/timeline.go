@@ -68,18 +68,22 @@ var schedulerMetricPrefixes = []string{
 	"scheduler_pod_scheduling_attempts",
 	"scheduler_unschedulable_pods",
 	"scheduler_plugin_execution_duration_seconds_count",
+	// Where a scheduled pod's latency went (metrics.Stages).
+	"scheduler_pod_scheduling_sli_duration_seconds",
+	"scheduler_scheduling_algorithm_duration_seconds",
+	"scheduler_framework_extension_point_duration_seconds",
 }
 
 // saveSchedulerMetrics reads the scheduler's /metrics at url with auth's credentials (the
 // cluster admin's; the scheduler's serving certificate is self-signed, so it is not checked)
-// and writes the series of schedulerMetricPrefixes to path.
-func saveSchedulerMetrics(ctx context.Context, auth *rest.Config, url, path string) error {
+// and writes the series of schedulerMetricPrefixes to path. It returns the whole page.
+func saveSchedulerMetrics(ctx context.Context, auth *rest.Config, url, path string) ([]byte, error) {
 	cfg := rest.CopyConfig(auth)
 	cfg.TLSClientConfig.Insecure = true
 	cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile = nil, ""
 	tc, err := rest.TLSConfigFor(cfg)
 	if err != nil {
-		return fmt.Errorf("client credentials for the scheduler's metrics: %w", err)
+		return nil, fmt.Errorf("client credentials for the scheduler's metrics: %w", err)
 	}
 	if tc == nil {
 		tc = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // loopback, self-signed
@@ -87,22 +91,22 @@ func saveSchedulerMetrics(ctx context.Context, auth *rest.Config, url, path stri
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 30 * time.Second}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if cfg.BearerToken != "" {
 		req.Header.Set("Authorization", "Bearer "+cfg.BearerToken)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("reading the scheduler's metrics: %w", err)
+		return nil, fmt.Errorf("reading the scheduler's metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("reading the scheduler's metrics: %w", err)
+		return nil, fmt.Errorf("reading the scheduler's metrics: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("reading the scheduler's metrics: %s: %.200s", resp.Status, body)
+		return nil, fmt.Errorf("reading the scheduler's metrics: %s: %.200s", resp.Status, body)
 	}
 	var out strings.Builder
 	for line := range strings.SplitSeq(string(body), "\n") {
@@ -113,5 +117,5 @@ func saveSchedulerMetrics(ctx context.Context, auth *rest.Config, url, path stri
 			}
 		}
 	}
-	return os.WriteFile(path, []byte(out.String()), 0o644)
+	return body, os.WriteFile(path, []byte(out.String()), 0o644)
 }
