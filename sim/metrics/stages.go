@@ -20,6 +20,9 @@ type Stage struct {
 	Count int64         `json:"count"`
 	Mean  time.Duration `json:"mean"`
 	P99   time.Duration `json:"p99"`
+	// P99Above is set when the 99th percentile lies beyond the highest finite bucket: P99 is
+	// then that bucket's bound, and the true value larger (PreBind's buckets end at 204.8 ms).
+	P99Above bool `json:"p99Above,omitempty"`
 }
 
 // Stages is where a scheduled pod's latency went inside the scheduler, from the series every
@@ -79,10 +82,12 @@ func stageOf(fam *dto.MetricFamily, match map[string]string) *Stage {
 	if count == 0 {
 		return nil
 	}
+	q, above := quantile(0.99, buckets, count)
 	return &Stage{
-		Count: int64(count),
-		Mean:  seconds(sum / float64(count)),
-		P99:   seconds(quantile(0.99, buckets, count)),
+		Count:    int64(count),
+		Mean:     seconds(sum / float64(count)),
+		P99:      seconds(q),
+		P99Above: above,
 	}
 }
 
@@ -100,8 +105,9 @@ func hasLabels(m *dto.Metric, match map[string]string) bool {
 }
 
 // quantile interpolates linearly within the bucket that holds rank q·count, taking the lower
-// bound of the first bucket as 0; a rank in the +Inf bucket reads as the highest finite bound.
-func quantile(q float64, buckets map[float64]uint64, count uint64) float64 {
+// bound of the first bucket as 0; a rank in the +Inf bucket reads as the highest finite bound,
+// and above reports it.
+func quantile(q float64, buckets map[float64]uint64, count uint64) (v float64, above bool) {
 	bounds := make([]float64, 0, len(buckets))
 	for b := range buckets {
 		bounds = append(bounds, b)
@@ -113,16 +119,16 @@ func quantile(q float64, buckets map[float64]uint64, count uint64) float64 {
 		c := buckets[b]
 		if float64(c) >= rank {
 			if math.IsInf(b, 1) {
-				return lower
+				return lower, true
 			}
 			if c == below {
-				return b
+				return b, false
 			}
-			return lower + (b-lower)*(rank-float64(below))/float64(c-below)
+			return lower + (b-lower)*(rank-float64(below))/float64(c-below), false
 		}
 		lower, below = b, c
 	}
-	return lower
+	return lower, true
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

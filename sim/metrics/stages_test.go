@@ -45,14 +45,14 @@ func TestParseStages(t *testing.T) {
 	}
 	// PreBind over both profiles: 200 pods, sum 1.12 s; rank 198 lies in the +Inf bucket of
 	// the gpu profile, so p99 reads as the highest finite bound.
-	if p := got.PreBind; p == nil || p.Count != 200 || p.Mean != 5600*time.Microsecond || p.P99 != 3200*time.Microsecond {
-		t.Errorf("PreBind %+v, want 200 observations, mean 5.6ms, p99 3.2ms", p)
+	if p := got.PreBind; p == nil || p.Count != 200 || p.Mean != 5600*time.Microsecond || p.P99 != 3200*time.Microsecond || !p.P99Above {
+		t.Errorf("PreBind %+v, want 200 observations, mean 5.6ms, p99 above the last bucket, 3.2ms", p)
 	}
 	if got.Bind != nil {
 		t.Errorf("Bind %+v from failed binds only, want none", got.Bind)
 	}
 	// Algorithm: rank 99 of 100 lies in (1ms, 2ms] holding 50: 1ms + 1ms*49/50.
-	if a := got.Algorithm; a == nil || a.Count != 100 || a.Mean != time.Millisecond || a.P99 != 1980*time.Microsecond {
+	if a := got.Algorithm; a == nil || a.Count != 100 || a.Mean != time.Millisecond || a.P99 != 1980*time.Microsecond || a.P99Above {
 		t.Errorf("Algorithm %+v, want 100 observations, mean 1ms, p99 1.98ms", a)
 	}
 	if got.Queued != nil {
@@ -66,7 +66,7 @@ func TestParseStages(t *testing.T) {
 func TestQuantileWithinOneBucket(t *testing.T) {
 	// 100 observations all in (0.0016, 0.0032]: p99 is 99% of the way through that bucket.
 	b := map[float64]uint64{0.0016: 0, 0.0032: 100}
-	if q := quantile(0.99, b, 100); q < 0.003183 || q > 0.003185 {
-		t.Errorf("p99 %.6f, want 0.003184", q)
+	if q, above := quantile(0.99, b, 100); q < 0.003183 || q > 0.003185 || above {
+		t.Errorf("p99 %.6f (above the buckets: %v), want 0.003184", q, above)
 	}
 }

@@ -249,7 +249,11 @@ func stage(x *runner.RunResult, pick func(*metrics.Stages) *metrics.Stage) strin
 	if st == nil {
 		return "-"
 	}
-	return dur(st.Mean) + " / " + dur(st.P99)
+	p99 := dur(st.P99)
+	if st.P99Above {
+		p99 = "> " + p99
+	}
+	return dur(st.Mean) + " / " + p99
 }
 
 func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }

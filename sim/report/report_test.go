@@ -147,7 +147,8 @@ func TestTableWaits(t *testing.T) {
 		LatencyP99NoCapacityWait: 15 * time.Millisecond,
 		Avoidable:                []metrics.Wait{{Pod: "pod-332", Avoidable: 1200 * time.Millisecond, FitFree: 400 * time.Millisecond}}}
 	stock.Metrics.Waits.LatencyP99NoCapacityWait = 12 * time.Millisecond
-	ours.SchedulerStages = &metrics.Stages{PreBind: &metrics.Stage{Count: 9, Mean: 4 * time.Millisecond, P99: 25 * time.Millisecond}, Bind: &metrics.Stage{Count: 9, Mean: 3 * time.Millisecond, P99: 6 * time.Millisecond}}
+	ours.SchedulerStages = &metrics.Stages{PreBind: &metrics.Stage{Count: 9, Mean: 4 * time.Millisecond, P99: 25 * time.Millisecond}, Bind: &metrics.Stage{Count: 9, Mean: 3 * time.Millisecond, P99: 6 * time.Millisecond},
+		Queued: &metrics.Stage{Count: 9, Mean: 2 * time.Second, P99: 204800 * time.Microsecond, P99Above: true}}
 	stock.SchedulerStages = &metrics.Stages{Bind: &metrics.Stage{Count: 9, Mean: 2500 * time.Microsecond, P99: 5 * time.Millisecond}}
 	var b bytes.Buffer
 	Build(s, "waits.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute).Table(&b)
@@ -160,7 +161,7 @@ func TestTableWaits(t *testing.T) {
 		`note: Waits: a bound pod waited when`,
 		`\n  PreBind \(ours: the GPU leases; DRA: the claim's allocation\) +4ms / 25ms +-\n`,
 		`\n  Bind +3ms / 6ms +2\.5ms / 5ms\n`,
-		`\nin the scheduler, mean / p99: queue entry to bound +- +-\n`,
+		`\nin the scheduler, mean / p99: queue entry to bound +2s / > 204\.8ms +-\n`,
 		`note: In the scheduler: each scheduler's own histograms`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
