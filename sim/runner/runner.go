@@ -663,10 +663,10 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 			page, err := saveSchedulerMetrics(ctx, c.RESTConfig(), url, filepath.Join(o.LogDir, "scheduler-metrics-"+short+".txt"))
 			if err != nil {
 				res.Notes = append(res.Notes, err.Error())
-			} else if st, err := metrics.ParseStages(bytes.NewReader(page)); err != nil {
+			} else if stages, err := metrics.ParseStages(bytes.NewReader(page)); err != nil {
 				res.Notes = append(res.Notes, err.Error())
 			} else {
-				res.SchedulerStages = &st
+				res.SchedulerStages = &stages
 			}
 		}
 	}
