@@ -25,6 +25,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -260,6 +261,51 @@ func TestActiveActiveReplicas(t *testing.T) {
 	into(t, find(t, objs, "Deployment", releaseName), &dep)
 	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
 		t.Errorf("scheduler replicas = %v, want 3", dep.Spec.Replicas)
+	}
+}
+
+// TestFlowSchema: the scheduler's and gpu-controller's ServiceAccounts, and only theirs, are
+// sent to workload-high; the values turn it off or move it.
+func TestFlowSchema(t *testing.T) {
+	objs := parseObjects(t, mustTemplate(t))
+	var fs flowcontrolv1.FlowSchema
+	into(t, find(t, objs, "FlowSchema", releaseName), &fs)
+	var dep appsv1.Deployment
+	into(t, find(t, objs, "Deployment", releaseName), &dep)
+	var ctrl appsv1.Deployment
+	into(t, find(t, objs, "Deployment", releaseName+"-controller"), &ctrl)
+	if fs.Spec.PriorityLevelConfiguration.Name != "workload-high" || fs.Spec.MatchingPrecedence != 800 {
+		t.Errorf("FlowSchema sends to %q at precedence %d, want workload-high at 800", fs.Spec.PriorityLevelConfiguration.Name, fs.Spec.MatchingPrecedence)
+	}
+	var subjects []string
+	for _, r := range fs.Spec.Rules {
+		for _, s := range r.Subjects {
+			if s.Kind != flowcontrolv1.SubjectKindServiceAccount || s.ServiceAccount == nil || s.ServiceAccount.Namespace != releaseNamespace {
+				t.Errorf("subject %+v is not a ServiceAccount of the release namespace", s)
+				continue
+			}
+			subjects = append(subjects, s.ServiceAccount.Name)
+		}
+		if len(r.ResourceRules) != 1 || !r.ResourceRules[0].ClusterScope || len(r.NonResourceRules) != 0 {
+			t.Errorf("rules %+v: want every resource request, cluster-scoped and namespaced", r)
+		}
+	}
+	if want := []string{dep.Spec.Template.Spec.ServiceAccountName, ctrl.Spec.Template.Spec.ServiceAccountName}; !slices.Equal(subjects, want) {
+		t.Errorf("FlowSchema subjects %v, want the scheduler's and the controller's ServiceAccounts %v", subjects, want)
+	}
+
+	objs = parseObjects(t, mustTemplate(t, "--set", "controller.enabled=false", "--set", "flowSchema.priorityLevel=exempt-not", "--set", "flowSchema.matchingPrecedence=500"))
+	into(t, find(t, objs, "FlowSchema", releaseName), &fs)
+	if n := len(fs.Spec.Rules[0].Subjects); n != 1 || fs.Spec.PriorityLevelConfiguration.Name != "exempt-not" || fs.Spec.MatchingPrecedence != 500 {
+		t.Errorf("without the controller: %d subjects, level %q, precedence %d", n, fs.Spec.PriorityLevelConfiguration.Name, fs.Spec.MatchingPrecedence)
+	}
+	for _, o := range parseObjects(t, mustTemplate(t, "--set", "flowSchema.enabled=false")) {
+		if o.GetKind() == "FlowSchema" {
+			t.Errorf("flowSchema.enabled=false still renders FlowSchema %s", o.GetName())
+		}
+	}
+	if _, err := template(t, "--set", "flowSchema.matchingPrecedence=0"); err == nil {
+		t.Error("matchingPrecedence 0 accepted; the apiserver takes 1-10000")
 	}
 }
 

@@ -88,7 +88,9 @@ func TestInstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 15*time.Minute)
 	defer cancel()
 
-	c, err := cluster.Start(ctx, cluster.Config{Name: "chart-it", StockScheduler: true})
+	// API Priority and Fairness on, as on every real cluster (the simulator turns it off to
+	// measure schedulers at full speed): checkPriority asks it how it classifies our components.
+	c, err := cluster.Start(ctx, cluster.Config{Name: "chart-it", StockScheduler: true, APIServerExtraArgs: []string{"--enable-priority-and-fairness=true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,6 +151,7 @@ func TestInstall(t *testing.T) {
 		{"binaries accept the chart's flags", checkFlags},
 		{"webhook serves the chart certificate", checkWebhookCertificate},
 		{"RBAC by SubjectAccessReview", checkAccessReviews},
+		{"API priority: scheduler and controller at workload-high", checkPriority},
 		{"components run with their ServiceAccount tokens", checkComponents},
 		{"the controller runs a GpuWorkload with its ServiceAccount token", checkController},
 		{"upgrade keeps the webhook certificate", checkUpgrade},
@@ -1136,4 +1139,62 @@ func checkUninstall(t *testing.T, ctx context.Context, e *installEnv) {
 		t.Fatal(err)
 	}
 	t.Logf("after uninstall: CRDs and claims kept, %d GPU leases left in %s (docs/install.md#uninstall)", len(leases.Items), releaseNamespace)
+}
+
+// checkPriority asks the apiserver how API Priority and Fairness classifies a request of each
+// component's ServiceAccount: every response names the FlowSchema and priority level that
+// admitted it (X-Kubernetes-PF-*-UID). The scheduler and gpu-controller must go through the
+// chart's FlowSchema to workload-high, as kube-scheduler does; the agents stay with every other
+// service account at workload-low.
+func checkPriority(t *testing.T, ctx context.Context, e *installEnv) {
+	fs, err := e.kube.FlowcontrolV1().FlowSchemas().Get(ctx, releaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the chart's FlowSchema: %v", err)
+	}
+	level := map[types.UID]string{}
+	pls, err := e.kube.FlowcontrolV1().PriorityLevelConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range pls.Items {
+		level[pl.UID] = pl.Name
+	}
+	for _, c := range []struct {
+		sa, wantSchema, wantLevel string
+	}{
+		{schedulerSA, releaseName, "workload-high"},
+		{controlSA, releaseName, "workload-high"},
+		{agentSA, "service-accounts", "workload-low"},
+	} {
+		cfg := rest.CopyConfig(e.c.RESTConfig())
+		cfg.Impersonate = rest.ImpersonationConfig{
+			UserName: "system:serviceaccount:" + releaseNamespace + ":" + c.sa,
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNamespace, "system:authenticated"},
+		}
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/apis/coordination.k8s.io/v1/namespaces/"+releaseNamespace+"/leases?limit=1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.sa, err)
+		}
+		_ = resp.Body.Close()
+		schemaUID := types.UID(resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"))
+		gotLevel := level[types.UID(resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID"))]
+		gotSchema := "another FlowSchema"
+		if schemaUID == fs.UID {
+			gotSchema = releaseName
+		} else if other, err := e.kube.FlowcontrolV1().FlowSchemas().Get(ctx, c.wantSchema, metav1.GetOptions{}); err == nil && other.UID == schemaUID {
+			gotSchema = other.Name
+		}
+		if gotSchema != c.wantSchema || gotLevel != c.wantLevel {
+			t.Errorf("a request of ServiceAccount %s (HTTP %d) went through FlowSchema %s to priority level %q; want %s and %s",
+				c.sa, resp.StatusCode, gotSchema, gotLevel, c.wantSchema, c.wantLevel)
+		}
+	}
 }
