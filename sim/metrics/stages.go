@@ -30,7 +30,7 @@ type Stage struct {
 // the same yardstick. The created -> bound latency of the report adds the time before the
 // scheduler's informer hands the pod to its queue.
 type Stages struct {
-	// Queued is from entering the scheduling queue to bound, over all attempts
+	// Queued is from first entering the active queue (past PreEnqueue) to bound, over all attempts
 	// (scheduler_pod_scheduling_sli_duration_seconds; its first bucket is 10 ms).
 	Queued *Stage `json:"queued,omitempty"`
 	// Algorithm is the scheduling cycle's Filter and Score
