@@ -72,6 +72,9 @@ var schedulerMetricPrefixes = []string{
 	"scheduler_pod_scheduling_sli_duration_seconds",
 	"scheduler_scheduling_algorithm_duration_seconds",
 	"scheduler_framework_extension_point_duration_seconds",
+	// How long the scheduler's informer handlers took per event kind (a slow handler delays
+	// every later event of its informer, new pods included).
+	"scheduler_event_handling_duration_seconds",
 }
 
 // saveSchedulerMetrics reads the scheduler's /metrics at url with auth's credentials (the
