@@ -362,7 +362,13 @@ func (p *Plugin) leaseHandler() cache.ResourceEventHandler {
 	}
 }
 
-// observeLease records the holders a lease names, and drops those an update removed.
+// observeLease records the holders a lease names, and drops those an update removed. A holder
+// the pod tracker saw go away holds nothing: its UID never comes back, and the lease is stale
+// (PreBind deletes it before creating its own). Its lease can reach this informer after the
+// pod's delete, when the pod went while its leases were being created or the lease watch lags
+// the pod watch; recording it then would hold the GPUs of a pod already freed by its delete
+// (freeInLedger) until the release queue deletes the lease, and turn away the pods the delete
+// just requeued for them.
 func (p *Plugin) observeLease(old, obj any) {
 	l, ok := obj.(*coordinationv1.Lease)
 	if !ok {
@@ -375,6 +381,9 @@ func (p *Plugin) observeLease(old, obj any) {
 	now := map[types.UID]bool{}
 	for _, uid := range ref.holders {
 		now[uid] = true
+		if p.pods.wasDeleted(uid) {
+			continue
+		}
 		p.ledger.add(uid, ref.node, []int{ref.gpu}, ref.shared, fromLease)
 	}
 	if ol, ok := old.(*coordinationv1.Lease); ok {

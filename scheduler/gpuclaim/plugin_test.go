@@ -407,9 +407,10 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 					t.Fatalf("lease %s held by %s left after the lost race", l.Name, *l.Spec.HolderIdentity)
 				}
 			}
-			if n, ids := e.p.ledger.holdsOf(pod.UID); n != "" || len(ids) != 0 {
-				t.Fatalf("ledger still holds %s %v for the pod", n, ids)
-			}
+			// The lease informer may hand over the create of a released lease after Unreserve
+			// dropped it from the ledger, and its delete just after: the ledger holds the GPU
+			// until then, which errs on the safe side.
+			eventuallyTrue(t, func() bool { n, ids := e.p.ledger.holdsOf(pod.UID); return n == "" && len(ids) == 0 })
 		})
 	}
 }

@@ -141,3 +141,19 @@ func (l barrierLeases) Delete(ctx context.Context, name string, opts metav1.Dele
 	l.b.arrive()
 	return l.LeaseInterface.Delete(ctx, name, opts)
 }
+
+// TestLeaseOfAGonePodHoldsNothing: a lease that reaches the informer after its holder was seen
+// going away does not hold the GPU in the ledger, while a live pod's lease does.
+func TestLeaseOfAGonePodHoldsNothing(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	dead, live := gpuPod("dead", ""), gpuPod("live", "")
+	e.p.pods.gone(dead.UID)
+	heldLeases(t, e, dead, 0, 1)
+	// The informer hands leases to the plugin in order: once the live pod's shows in the
+	// ledger, the dead pod's have been handled too.
+	heldLeases(t, e, live, 2)
+	eventuallyTrue(t, func() bool { n, _ := e.p.ledger.holdsOf(live.UID); return n == "a" })
+	if n, ids := e.p.ledger.holdsOf(dead.UID); n != "" || len(ids) > 0 {
+		t.Errorf("the ledger holds GPUs %v on node %q for a pod seen gone", ids, n)
+	}
+}
