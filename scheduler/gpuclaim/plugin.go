@@ -14,7 +14,6 @@ package gpuclaim
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -129,21 +128,6 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	return newPlugin(ctx, obj, h, nil, clock.RealClock{})
 }
 
-// ownConnection is a copy of the scheduler's client configuration that gets its own connection
-// to the API server rather than the one the scheduler's informers watch through: client-go
-// shares one HTTP/2 connection among all clients of one TLS configuration, and a dial function
-// of its own keeps this one out of that cache. In a burst hundreds of pods sit in PreBind, each
-// with its lease creates in flight, and on the shared connection the scheduler's pod watch fell
-// seconds behind: at scale-5k a pod entered the scheduling queue 7-9 s after the simulator's own
-// watch saw it, against 0.7 s for the stock scheduler, and 2 s once the plugin's requests had a
-// connection of their own (docs/benchmarks.md, session 9). The rate limits stay those of the
-// scheduler's configuration, for this client's requests alone.
-func ownConnection(c *rest.Config) *rest.Config {
-	cfg := rest.CopyConfig(c)
-	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	return cfg
-}
-
 // newPlugin is New with an injectable GPU clientset and clock for tests.
 func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient versioned.Interface, clk clock.Clock) (*Plugin, error) {
 	logger := klog.FromContext(ctx).WithName(Name)
@@ -160,17 +144,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		}
 		// Custom resources have no protobuf encoding, and the scheduler's own client config
 		// defaults to protobuf (clientConnection.contentType): writes would fail to encode.
-		cfg := ownConnection(h.KubeConfig())
+		cfg := rest.CopyConfig(h.KubeConfig())
 		cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
 		gpuClient, err = versioned.NewForConfig(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s: building the gpu.scheduling client: %w", Name, err)
-		}
-	}
-	client := h.ClientSet()
-	if h.KubeConfig() != nil {
-		if client, err = kubernetes.NewForConfig(ownConnection(h.KubeConfig())); err != nil {
-			return nil, fmt.Errorf("%s: building the lease client: %w", Name, err)
 		}
 	}
 	p := &Plugin{
@@ -179,7 +157,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		strategy:     strategy,
 		freshness:    time.Duration(*args.StatusFreshnessSeconds) * time.Second,
 		clock:        clk,
-		client:       client,
+		client:       h.ClientSet(),
 		gpuClient:    gpuClient,
 		ledger:       newLedger(),
 		pods:         newPodTracker(),
