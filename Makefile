@@ -38,12 +38,22 @@ unit:
 
 ## test: everything CI runs: verify, unit tests, integration and acceptance tests, the simulator smoke run and the README walkthrough
 .PHONY: test
-test: verify unit test-chart test-integration test-acceptance test-sim test-dev
+test: setup verify unit test-chart test-integration test-acceptance test-sim test-dev
+
+## setup: install the system packages the tests need and Go cannot build (Chromium, iptables, conntrack, libseccomp) when missing: as root with apt-get, else one line saying what to install
+.PHONY: setup
+setup:
+	bash hack/setup-system.sh
 
 ## tools: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, kwokctl, helm, promtool and promql-metrics into _output/bin (only when a pin changed)
 .PHONY: tools
 tools:
 	bash hack/build-tools.sh
+
+# The control plane alone (no promtool): what make sim and make dev run.
+.PHONY: tools-control-plane
+tools-control-plane:
+	PROMETHEUS_TOOLS=0 bash hack/build-tools.sh
 
 ## test-integration: tests against a real control plane (build tag integration), one package at a time
 .PHONY: test-integration
@@ -61,7 +71,7 @@ test-acceptance: tools
 
 ## sim: simulate SCENARIO (default scenarios/quickstart.yaml) with gpu-scheduler and the stock kube-scheduler; table on stdout, report in reports/
 .PHONY: sim
-sim: tools build
+sim: tools-control-plane build
 	GPU_SIM_BUILD=0 $(BIN)/gpu-sim run $(SCENARIO)
 
 ## test-sim: the simulator's smoke runs (scenarios/smoke.yaml: 8 nodes, 24 pods, both schedulers; workloads-smoke.yaml: Jobs and a Deployment through claim templates, nothing may leak)
@@ -106,7 +116,7 @@ cluster-status:
 
 ## dev: a local cluster to try the scheduler by hand (NODES=8 TOPOLOGY=dgx-h100, a preset of scenarios/hardware): control plane, kwok GPU nodes, the agent fleet, gpu-webhook, gpu-scheduler and gpu-controller; prints the export lines; stays up until make dev-down
 .PHONY: dev
-dev: tools build
+dev: tools-control-plane build
 	GPU_SIM_BUILD=0 $(BIN)/gpu-sim cluster up --name dev --gpu-stack --stock-scheduler=false --nodes $(or $(NODES),8) --topology $(or $(TOPOLOGY),dgx-h100)
 	@echo 'export PATH=$(BIN):$(TOOLS_BIN):$$PATH   # kubectl, and kubectl-gpu as "kubectl gpu"'
 
@@ -119,7 +129,7 @@ dev-down:
 
 ## test-dev: run README's "Try it by hand" walkthrough as written against make dev (hack/test-walkthrough.sh)
 .PHONY: test-dev
-test-dev: tools build
+test-dev: tools-control-plane build
 	bash hack/test-walkthrough.sh
 
 # Container images. No container engine runs on the development machines of this project: these

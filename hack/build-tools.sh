@@ -88,7 +88,10 @@ build_prometheus_tools() {
 	echo "tools: promtool and promql-metrics built in $((SECONDS - t))s"
 }
 mkdir -p "$bin"
-build_prometheus_tools
+# PROMETHEUS_TOOLS=0: only the control plane (make sim and make dev never run promtool).
+if [ "${PROMETHEUS_TOOLS:-1}" != 0 ]; then
+	build_prometheus_tools
+fi
 
 # A new name for the new key: checkouts still on the old script keep reading the old stamp file,
 # so neither rebuilds the shared _output/bin for the other.
