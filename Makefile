@@ -172,3 +172,26 @@ test-chart: tools
 .PHONY: e2e-kind
 e2e-kind: tools docker-all
 	$(GO) run ./test/e2e-kind --helm $(TOOLS_BIN)/helm --image-registry $(REGISTRY) --image-tag $(TAG) $(E2E_KIND_ARGS)
+
+# Images without a container engine (hack/images, a Go module of its own so that
+# go-containerregistry never moves the product's dependency versions): the four components as
+# OCI image indexes for linux/amd64 and linux/arm64, named as the chart's defaults name them
+# ($(REGISTRY)/<name>:<the chart's appVersion> unless IMAGE_TAG is set), and the node tests'
+# pause and testbox images, as OCI archives in _output/images.
+IMAGE_TAG       ?=
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+
+## images: build the images as OCI archives in _output/images without Docker (IMAGE_TAG, IMAGE_PLATFORMS, IMAGES=gpu-agent,testbox to pick some; PUSH=1 also pushes the components to REGISTRY); ctr -n k8s.io images import loads them
+.PHONY: images
+images:
+	$(GO) -C hack/images run . -registry $(REGISTRY) -tag '$(IMAGE_TAG)' -platforms $(IMAGE_PLATFORMS) $(if $(IMAGES),-images $(IMAGES)) $(if $(filter 1 true yes,$(PUSH)),-push)
+
+## test-images: the image builder's tests, make images twice with the same digests, and the images run in a containerd of their own (hack/images/check-containerd.sh: root, containerd and runc, else it says so and skips)
+.PHONY: test-images
+test-images:
+	$(GO) -C hack/images test -count=1 ./...
+	$(MAKE) --no-print-directory images
+	cp _output/images/images.txt _output/images/images.first.txt
+	$(MAKE) --no-print-directory images
+	diff -u _output/images/images.first.txt _output/images/images.txt
+	bash hack/images/check-containerd.sh
