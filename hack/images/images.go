@@ -91,7 +91,7 @@ func imageSpecs(registry string, m sourceMeta, only string) ([]imageSpec, error)
 		{
 			name: "pause", description: "pod sandbox for the node tests: sleeps until SIGTERM or SIGINT, reaps orphans",
 			refs: []string{"gpu-scheduler.local/pause:3.10", "registry.k8s.io/pause:3.10"},
-			dir: "hack/images", pkg: "./pause", ldflags: static, user: fmt.Sprintf("%d:%d", pauseUser, pauseUser),
+			dir:  "hack/images", pkg: "./pause", ldflags: static, user: fmt.Sprintf("%d:%d", pauseUser, pauseUser),
 		},
 		{
 			name: "testbox", description: "busybox shell and tools for the node tests",
@@ -411,7 +411,7 @@ func writeArchive(dest string, idx v1.ImageIndex, refs []string) (int64, error) 
 	}
 	for _, r := range refs {
 		if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-			"io.containerd.image.name":         r,
+			"io.containerd.image.name":          r,
 			"org.opencontainers.image.ref.name": r,
 		})); err != nil {
 			return 0, fmt.Errorf("OCI layout: %w", err)
