@@ -87,13 +87,17 @@ for c in gpu-webhook gpu-agent; do
 	if [ "$rc" != 0 ] && [ "$rc" != 2 ]; then
 		fail "$c --help exited $rc: $out"
 	fi
-	echo "$out" | grep -q -- '--kubeconfig' || fail "$c --help did not print its flags: $out"
+	echo "$out" | grep -q -- '-kubeconfig' || fail "$c --help did not print its flags: $out"
 	echo "check-containerd: $c --help ran (exit $rc)"
 done
 
 ctr_ run -d "$(ref pause)" check-pause >/dev/null || fail "pause did not start"
 sleep 1
 [ "$(ctr_ task ls | awk '$1 == "check-pause" {print $3}')" = RUNNING ] || fail "pause is not running"
+# The image's user, not root (ctr run takes USER from the image config as the kubelet does).
+ppid=$(ctr_ task ls | awk '$1 == "check-pause" {print $2}')
+uid=$(awk '/^Uid:/ {print $2}' "/proc/$ppid/status")
+[ "$uid" = 65535 ] || fail "pause runs as uid $uid, want 65535"
 ctr_ task kill -s SIGTERM check-pause
 for _ in $(seq 50); do
 	status=$(ctr_ task ls | awk '$1 == "check-pause" {print $3}')
