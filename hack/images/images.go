@@ -347,8 +347,8 @@ func crossCompiler(ctx context.Context, arch string) (string, error) {
 	if _, err := exec.LookPath(cc); err == nil {
 		return cc, nil
 	}
-	debArch := map[string]string{"amd64": "amd64", "arm64": "arm64"}[arch]
-	pkgs := []string{"gcc-" + t, "libc6-dev-" + debArch + "-cross"}
+	// Debian's package names spell the triplet with hyphens only.
+	pkgs := []string{"gcc-" + strings.ReplaceAll(t, "_", "-"), "libc6-dev-" + arch + "-cross"}
 	if os.Geteuid() != 0 {
 		return "", fmt.Errorf("the %s agent needs cgo and %s is missing: run as root, or apt-get install %s, or build one platform (-platforms linux/%s)",
 			arch, cc, strings.Join(pkgs, " "), runtime.GOARCH)
