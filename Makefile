@@ -195,3 +195,36 @@ test-images:
 	$(MAKE) --no-print-directory images
 	diff -u _output/images/images.first.txt _output/images/images.txt
 	bash hack/images/check-containerd.sh
+
+# A real single-node cluster on this machine (test/e2e-node/node; needs root and cgroups): the
+# control plane of make dev, containerd 2.x with CDI, runc, a real kubelet, the bridge CNI plugin
+# on a bridge of its own (10.203.0.0/24, nothing masqueraded out) and kube-proxy, with the
+# images of make images loaded. kubelet, kube-proxy and containerd are built from the Go module
+# proxy (hack/build-tools.sh --node); runc, iptables and the CNI plugins are the distribution's.
+NODE_PLATFORM = linux/$(shell $(GO) env GOARCH)
+
+.PHONY: node-tools
+node-tools:
+	bash hack/build-tools.sh --node
+
+## node-up: a real single-node cluster on this machine (root, cgroups): control plane, containerd with CDI, kubelet, bridge CNI, kube-proxy, the images of make images loaded and 8 fake /dev/nvidia* devices; prints the KUBECONFIG; stays up until make node-down
+.PHONY: node-up
+node-up: node-tools
+	$(MAKE) --no-print-directory images IMAGE_PLATFORMS=$(NODE_PLATFORM)
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/gpu-node ./test/e2e-node/gpu-node
+	$(BIN)/gpu-node up
+	@echo 'export PATH=$(TOOLS_BIN):$$PATH   # kubectl and helm'
+
+## node-down: stop the node of make node-up and remove everything it left (processes, mounts, cgroups, bridge and veths, iptables chains, sysctls, /var/lib/kubelet...); fails naming anything still left
+.PHONY: node-down
+node-down:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/gpu-node ./test/e2e-node/gpu-node
+	$(BIN)/gpu-node down
+
+## e2e-node: the real-node tests (test/e2e-node, build tag e2enode): a node, the chart installed as docs/install.md says, real containers that see exactly their GPUs, quota, escapes, coexistence and failure drills; skips with one line where the machine cannot host a node (GPU_SCHEDULER_REQUIRE_NODE=1 makes that a failure)
+.PHONY: e2e-node
+e2e-node: node-tools
+	$(MAKE) --no-print-directory images IMAGE_PLATFORMS=$(NODE_PLATFORM)
+	CGO_ENABLED=1 $(GO) test -tags e2enode -count=1 -v -timeout 60m ./test/e2e-node/ $(if $(RUN),-run '$(RUN)')

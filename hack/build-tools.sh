@@ -10,6 +10,9 @@
 #   FORCE=1 hack/build-tools.sh      rebuild everything
 #   hack/build-tools.sh --preflight  only check that this machine can build (Go, disk space);
 #                                    hack/test-preflight.sh runs it with an empty HOME
+#   hack/build-tools.sh --node       also build what a real node runs (make node-up, make e2e-node):
+#                                    kubelet and kube-proxy (pinned by hack/tools/go.mod) and
+#                                    containerd 2.x with its runc shim and ctr, under a stamp of their own
 set -euo pipefail
 # Nothing below may depend on the user's locale (df and awk output, sort order).
 export LC_ALL=C
@@ -18,9 +21,10 @@ cd "$root"
 mode=build
 case "${1:-}" in
 --preflight) mode=preflight ;;
+--node) mode=node ;;
 "") ;;
 *)
-	echo "usage: hack/build-tools.sh [--preflight]" >&2
+	echo "usage: hack/build-tools.sh [--preflight|--node]" >&2
 	exit 2
 	;;
 esac
@@ -57,6 +61,9 @@ K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.8
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
+# containerd 2.x: the first line with CDI (Debian's 1.6 has none), which is how our device plugin's
+# devices reach a container. runc and the CNI plugins come from the distribution (hack/node.sh).
+CONTAINERD_VERSION=v2.4.2
 # Bump when a build command below changes what it produces (a flag, a package, a binary). The
 # stamp is keyed on this, the pins, the ldflags and the tools modules — not on the text of this
 # script, so editing comments or the preflight does not rebuild every checkout's tools.
@@ -93,6 +100,46 @@ if [ "${PROMETHEUS_TOOLS:-1}" != 0 ]; then
 	build_prometheus_tools
 fi
 
+# build_node_tools builds the node's binaries under a stamp of their own, so that neither `make
+# tools` nor a bump of a node pin rebuilds the other's binaries. kubelet and kube-proxy share
+# hack/tools/go.mod (and so every dependency version) with the control plane; containerd is
+# installed at its own go.mod's versions, as kwok and helm are.
+build_node_tools() {
+	local nstamp="$bin/.node-tools.stamp" nwant t=$SECONDS b nmissing=()
+	local node_bins=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr)
+	nwant=$(
+		echo "node=1 k8s=$K8S_VERSION containerd=$CONTAINERD_VERSION $(go env GOVERSION)"
+		echo "k8s_ldflags=$k8s_ldflags"
+		cat hack/tools/go.mod hack/tools/go.sum | sha256sum
+	)
+	for b in "${node_bins[@]}"; do [ -x "$bin/$b" ] || nmissing+=("$b"); done
+	if [ -z "${FORCE:-}" ] && [ ${#nmissing[@]} -eq 0 ] && [ -f "$nstamp" ] && [ "$(cat "$nstamp")" = "$nwant" ]; then
+		echo "tools: node binaries up to date in _output/bin (kubelet, kube-proxy $K8S_VERSION; containerd $CONTAINERD_VERSION)"
+		return 0
+	fi
+	rm -f "$nstamp"
+	preflight
+	# One `go build` for both so that the packages they share compile once; static like the rest.
+	if ! (cd hack/tools && CGO_ENABLED=0 go build -trimpath -ldflags "$k8s_ldflags" -o "$bin/" \
+		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy); then
+		echo "tools: building kubelet and kube-proxy failed" >&2
+		exit 1
+	fi
+	echo "tools: kubelet, kube-proxy ($K8S_VERSION) built in $((SECONDS - t))s"
+	t=$SECONDS
+	# no_btrfs: the btrfs snapshotter needs cgo and headers, and the node uses overlayfs. The
+	# version ldflags let `containerd --version` and the CRI's runtime version name the pin.
+	if ! CGO_ENABLED=0 GOBIN="$bin" go install -trimpath -tags no_btrfs \
+		-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+		"github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
+		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
+		"github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION"; then
+		echo "tools: building containerd $CONTAINERD_VERSION failed" >&2
+		exit 1
+	fi
+	echo "tools: containerd, containerd-shim-runc-v2, ctr ($CONTAINERD_VERSION) built in $((SECONDS - t))s"
+	echo "$nwant" >"$nstamp"
+}
 # A new name for the new key: checkouts still on the old script keep reading the old stamp file,
 # so neither rebuilds the shared _output/bin for the other.
 stamp="$bin/.control-plane-tools.v2.stamp"
@@ -107,6 +154,9 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 	k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
+if [ "$mode" = node ]; then
+	build_node_tools
+fi
 
 want=$(
 	echo "tools=$TOOLS_STAMP_VERSION k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION $(go env GOVERSION)"

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -144,7 +145,13 @@ func start(ctx context.Context, cfg Config, binDir string) (_ *Cluster, err erro
 		c.ports.apiServer = cfg.APIServerPort
 	}
 	server := "https://" + loopback + ":" + strconv.Itoa(c.ports.apiServer)
-	c.pki, err = writePKI(filepath.Join(c.workDir, "pki"), server, idAdmin, idControllerManager, idScheduler, idKwok)
+	ids := []identity{idAdmin, idControllerManager, idScheduler, idKwok}
+	var extraIPs []net.IP
+	if n := cfg.RealNode; n != nil {
+		ids = append(ids, idKubelet(n.Name), idKubeProxy, idKubeletClient)
+		extraIPs = append(extraIPs, net.ParseIP(n.Address))
+	}
+	c.pki, err = writePKI(filepath.Join(c.workDir, "pki"), server, extraIPs, ids...)
 	if err != nil {
 		return nil, err
 	}
@@ -477,6 +484,28 @@ func (c *Cluster) StopSince(mark int) error {
 
 // Kubeconfig is the path of a kubeconfig with cluster-admin rights (group system:masters).
 func (c *Cluster) Kubeconfig() string { return c.pki.kubeconfig(idAdmin) }
+
+// KubeletKubeconfig is the kubeconfig of Config.RealNode's kubelet (system:node:<name>); empty
+// without a real node.
+func (c *Cluster) KubeletKubeconfig() string {
+	if c.cfg.RealNode == nil {
+		return ""
+	}
+	return c.pki.kubeconfig(idKubelet(c.cfg.RealNode.Name))
+}
+
+// KubeProxyKubeconfig is the kubeconfig of Config.RealNode's kube-proxy (system:kube-proxy);
+// empty without a real node.
+func (c *Cluster) KubeProxyKubeconfig() string {
+	if c.cfg.RealNode == nil {
+		return ""
+	}
+	return c.pki.kubeconfig(idKubeProxy)
+}
+
+// CACert is the path of the cluster CA's certificate (PEM): the one the kubelet checks client
+// certificates against.
+func (c *Cluster) CACert() string { return c.pki.caCert }
 
 // RESTConfig returns a copy of the admin client configuration, with QPS 1000 and burst 2000.
 func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restCfg) }

@@ -63,6 +63,20 @@ func (c *Cluster) apiServerArgs() []string {
 		"--profiling=" + strconv.FormatBool(c.cfg.Profiling),
 		"--cert-dir=" + filepath.Join(c.workDir, "pki", "apiserver-generated"),
 	}
+	if n := c.cfg.RealNode; n != nil {
+		// Later flags win: these replace the loopback-only settings above.
+		args = append(args,
+			// Pods reach the apiserver through the "kubernetes" Service, whose endpoint is the
+			// advertised address; host clients keep using 127.0.0.1.
+			"--bind-address=0.0.0.0",
+			"--advertise-address="+n.Address,
+			"--endpoint-reconciler-type=lease",
+			"--kubelet-client-certificate="+filepath.Join(p.dir, idKubeletClient.pair+".crt"),
+			"--kubelet-client-key="+filepath.Join(p.dir, idKubeletClient.pair+".key"),
+			// The node's Hostname (its name) resolves nowhere; its InternalIP is the address.
+			"--kubelet-preferred-address-types=InternalIP,Hostname",
+		)
+	}
 	return append(args, c.cfg.APIServerExtraArgs...)
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +62,24 @@ type Config struct {
 	Profiling bool
 	// APIServerExtraArgs are appended to kube-apiserver's command line (feature gates, say).
 	APIServerExtraArgs []string
+	// RealNode, when set, readies the control plane for one real kubelet and kube-proxy on this
+	// machine and the pods they run (make node-up): see RealNode. Nil for kwok-only clusters.
+	RealNode *RealNode
+}
+
+// RealNode describes the one real node of a cluster. Pods cannot reach 127.0.0.1 of the host,
+// so the apiserver listens on every address and advertises Address, which the "kubernetes"
+// Service then points at (kept by the lease endpoint reconciler); the kubelet and kube-proxy
+// get client certificates of their own (system:node:<Name>, system:kube-proxy) so that the Node
+// authorizer and the default RBAC bindings apply to them as in a real cluster; the apiserver
+// gets a client certificate for the kubelet's API (logs, exec), which it reaches at the node's
+// InternalIP.
+type RealNode struct {
+	// Name is the node's name (the kubelet's --hostname-override).
+	Name string
+	// Address is a non-loopback IPv4 address of this machine that the node's pods can reach:
+	// the gateway of their bridge.
+	Address string
 }
 
 // withDefaults returns a copy of c with every unset field defaulted.
@@ -84,6 +103,10 @@ func (c Config) withDefaults() Config {
 		c.MinFreeDiskBytes = DefaultMinFreeDiskBytes
 	}
 	c.APIServerExtraArgs = append([]string(nil), c.APIServerExtraArgs...)
+	if c.RealNode != nil {
+		n := *c.RealNode
+		c.RealNode = &n
+	}
 	return c
 }
 
@@ -113,6 +136,14 @@ func (c Config) Validate() error {
 	}
 	if c.MinFreeDiskBytes < 0 {
 		errs = append(errs, fmt.Errorf("minFreeDiskBytes %d: must not be negative", c.MinFreeDiskBytes))
+	}
+	if n := c.RealNode; n != nil {
+		if msgs := validation.IsDNS1123Subdomain(n.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("realNode.name %q: %s", n.Name, strings.Join(msgs, "; ")))
+		}
+		if ip := net.ParseIP(n.Address); ip == nil || ip.To4() == nil || ip.IsLoopback() || ip.IsUnspecified() {
+			errs = append(errs, fmt.Errorf("realNode.address %q: must be a non-loopback IPv4 address of this machine", n.Address))
+		}
 	}
 	if c.WorkDir != "" && !filepath.IsAbs(c.WorkDir) {
 		errs = append(errs, fmt.Errorf("workDir %q: must be an absolute path", c.WorkDir))

@@ -38,6 +38,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad name", mutate: func(c *Config) { c.Name = "Not_A_Label" }, wantErr: `name "Not_A_Label"`},
 		{name: "port too high", mutate: func(c *Config) { c.APIServerPort = 70000 }, wantErr: "apiServerPort 70000"},
 		{name: "negative port", mutate: func(c *Config) { c.APIServerPort = -1 }, wantErr: "apiServerPort -1"},
+		{name: "real node", mutate: func(c *Config) { c.RealNode = &RealNode{Name: "gpu-node", Address: "10.203.0.1"} }},
+		{name: "real node on loopback", mutate: func(c *Config) { c.RealNode = &RealNode{Name: "gpu-node", Address: "127.0.0.1"} }, wantErr: `realNode.address "127.0.0.1"`},
+		{name: "real node without address", mutate: func(c *Config) { c.RealNode = &RealNode{Name: "gpu-node"} }, wantErr: `realNode.address ""`},
+		{name: "real node bad name", mutate: func(c *Config) { c.RealNode = &RealNode{Name: "GPU_node", Address: "10.203.0.1"} }, wantErr: `realNode.name "GPU_node"`},
 		{name: "short lease", mutate: func(c *Config) { c.NodeLeaseDuration = 5 * time.Second }, wantErr: "at least 10s"},
 		{name: "fractional lease", mutate: func(c *Config) { c.NodeLeaseDuration = 30*time.Second + time.Millisecond }, wantErr: "whole seconds"},
 		{name: "negative timeout", mutate: func(c *Config) { c.ReadyTimeout = -time.Second }, wantErr: "readyTimeout"},
@@ -119,5 +123,35 @@ func TestStartRejectsInvalidConfigAndMissingBinaries(t *testing.T) {
 	_, err := Start(ctx, Config{BinDir: t.TempDir()})
 	if !errors.Is(err, ErrBinaryMissing) || !strings.Contains(err.Error(), "make tools") {
 		t.Fatalf("empty bin dir: got %v, want ErrBinaryMissing saying to run make tools", err)
+	}
+}
+
+// A real node's pods reach the apiserver only at the advertised address, through the lease
+// reconciler's endpoints, and the apiserver reaches the kubelet at its InternalIP with a client
+// certificate: later flags win, so these must come after the loopback defaults.
+func TestAPIServerArgsForARealNode(t *testing.T) {
+	c := &Cluster{cfg: Config{RealNode: &RealNode{Name: "gpu-node", Address: "10.203.0.1"}}.withDefaults(), pki: pki{dir: "/pki"}}
+	last := map[string]string{}
+	for _, a := range c.apiServerArgs() {
+		k, v, _ := strings.Cut(a, "=")
+		last[k] = v
+	}
+	want := map[string]string{
+		"--bind-address":                    "0.0.0.0",
+		"--advertise-address":               "10.203.0.1",
+		"--endpoint-reconciler-type":        "lease",
+		"--kubelet-client-certificate":      "/pki/apiserver-kubelet-client.crt",
+		"--kubelet-preferred-address-types": "InternalIP,Hostname",
+	}
+	for k, v := range want {
+		if last[k] != v {
+			t.Errorf("%s=%q, want %q", k, last[k], v)
+		}
+	}
+	plain := &Cluster{cfg: Config{}.withDefaults()}
+	for _, a := range plain.apiServerArgs() {
+		if strings.HasPrefix(a, "--bind-address=") && a != "--bind-address=127.0.0.1" {
+			t.Errorf("a cluster without a real node listens beyond loopback: %s", a)
+		}
 	}
 }

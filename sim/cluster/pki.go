@@ -30,6 +30,9 @@ type identity struct {
 	file   string // kubeconfig file name in the pki dir
 	user   string
 	groups []string
+	// pair, when set, also writes the certificate and key as <pair>.crt and <pair>.key, for a
+	// client that takes files rather than a kubeconfig (the apiserver's kubelet client).
+	pair string
 }
 
 // The identities the components use. The controller manager and scheduler get the users the
@@ -40,7 +43,18 @@ var (
 	idControllerManager = identity{file: "kube-controller-manager.kubeconfig", user: "system:kube-controller-manager"}
 	idScheduler         = identity{file: "kube-scheduler.kubeconfig", user: "system:kube-scheduler"}
 	idKwok              = identity{file: "kwok.kubeconfig", user: "kwok", groups: []string{"system:masters"}}
+	// The real node's clients (Config.RealNode): kube-proxy as the default RBAC policy's
+	// system:kube-proxy, and the apiserver's client of the kubelet API, which the kubelet
+	// authorizes through SubjectAccessReview (nodes/proxy, nodes/log: an administrator).
+	idKubeProxy     = identity{file: "kube-proxy.kubeconfig", user: "system:kube-proxy"}
+	idKubeletClient = identity{file: "apiserver-kubelet-client.kubeconfig", user: "kube-apiserver-kubelet-client",
+		groups: []string{"system:masters"}, pair: "apiserver-kubelet-client"}
 )
+
+// idKubelet is the identity of the real node's kubelet: the Node authorizer's system:node:<name>.
+func idKubelet(node string) identity {
+	return identity{file: "kubelet.kubeconfig", user: "system:node:" + node, groups: []string{"system:nodes"}}
+}
 
 // pki holds the paths of the files written by writePKI.
 type pki struct {
@@ -54,10 +68,10 @@ type pki struct {
 
 func (p pki) kubeconfig(id identity) string { return filepath.Join(p.dir, id.file) }
 
-// writePKI creates a CA, the apiserver's serving certificate for 127.0.0.1, the service-account
-// signing key and a kubeconfig with a client certificate for each identity. ECDSA P-256 keys keep
-// this to milliseconds.
-func writePKI(dir, server string, ids ...identity) (pki, error) {
+// writePKI creates a CA, the apiserver's serving certificate for 127.0.0.1 (and extraIPs), the
+// service-account signing key and a kubeconfig with a client certificate for each identity.
+// ECDSA P-256 keys keep this to milliseconds.
+func writePKI(dir, server string, extraIPs []net.IP, ids ...identity) (pki, error) {
 	p := pki{
 		dir:           dir,
 		caCert:        filepath.Join(dir, "ca.crt"),
@@ -88,7 +102,7 @@ func writePKI(dir, server string, ids ...identity) (pki, error) {
 		AltNames: cert.AltNames{
 			DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 				"kubernetes.default.svc.cluster.local"},
-			IPs: []net.IP{net.ParseIP(loopback), net.ParseIP(serviceClusterIP)},
+			IPs: append([]net.IP{net.ParseIP(loopback), net.ParseIP(serviceClusterIP)}, extraIPs...),
 		},
 		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
@@ -123,6 +137,11 @@ func writePKI(dir, server string, ids ...identity) (pki, error) {
 		}
 		if err := writeKubeconfig(p.kubeconfig(id), server, p.caPEM, certPEM, keyPEM, id.user); err != nil {
 			return p, err
+		}
+		if id.pair != "" {
+			if err := writePair(filepath.Join(dir, id.pair+".crt"), certPEM, filepath.Join(dir, id.pair+".key"), keyPEM); err != nil {
+				return p, err
+			}
 		}
 	}
 	return p, nil

@@ -13,7 +13,7 @@ import (
 func TestWritePKI(t *testing.T) {
 	dir := t.TempDir()
 	server := "https://127.0.0.1:6443"
-	p, err := writePKI(dir, server, idAdmin, idScheduler)
+	p, err := writePKI(dir, server, nil, idAdmin, idScheduler)
 	if err != nil {
 		t.Fatal(err)
 	}
