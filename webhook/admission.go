@@ -108,6 +108,11 @@ func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest
 		if err := decodeObject(req.OldObject.Raw, old); err != nil {
 			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate ephemeral containers of pod %s/%s: old object: %w", req.Namespace, req.Name, err)), Outcome{}
 		}
+		if a.Resource.Name != "" {
+			if err := a.Resource.checkEphemeral(ctx, old, pod); err != nil {
+				return errorResponse(req, http.StatusForbidden, fmt.Errorf("pod %s/%s: %w", req.Namespace, req.Name, err)), Outcome{DenyReason: ReasonDeviceAccess}
+			}
+		}
 		m = MutateEphemeralContainers(old, pod, a.Mode, a.SchedulerName)
 	default:
 		// The spec is immutable after creation: there is nothing to add on other operations.

@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -48,6 +47,31 @@ func (rc *ResourceConfig) mutateResource(ctx context.Context, pod *corev1.Pod) (
 		return nil, err
 	}
 	return ResourcePatch(pod, rc.Name, count)
+}
+
+// checkEphemeral checks the ephemeral containers an update of pods/ephemeralcontainers adds to
+// a claim pod (kubectl debug) as CheckDeviceAccess checks a claim pod's containers at creation:
+// a debug container could otherwise take the variables, privileges or mounts that creation
+// refuses.
+func (rc *ResourceConfig) checkEphemeral(ctx context.Context, oldPod, pod *corev1.Pod) error {
+	if !namesClaim(pod) {
+		return nil
+	}
+	forbid := false
+	if rc.ForbidsPrivileged != nil {
+		var err error
+		if forbid, err = rc.ForbidsPrivileged(ctx, pod.Namespace); err != nil {
+			return fmt.Errorf("reading namespace %q: %w", pod.Namespace, err)
+		}
+	}
+	return CheckEphemeralContainers(oldPod, pod, forbid)
+}
+
+// namesClaim reports whether the pod names a GpuClaim or a GpuClaimTemplate.
+func namesClaim(pod *corev1.Pod) bool {
+	_, claim := pod.Annotations[gpuv1.AnnotationClaim]
+	_, tmpl := pod.Annotations[gpuv1.AnnotationClaimTemplate]
+	return claim || tmpl
 }
 
 // ResourcePatch gives the first app container a request and limit of count GPUs of resource
@@ -100,52 +124,6 @@ func ResourcePatch(pod *corev1.Pod, name corev1.ResourceName, count int32) ([]Pa
 		ops[0], ops[1] = ops[1], ops[0]
 	}
 	return ops, nil
-}
-
-// visibleDeviceVars are the variables that pick GPUs inside a container.
-var visibleDeviceVars = []string{EnvNVIDIAVisibleDevices, EnvCUDAVisibleDevices}
-
-// CheckDeviceAccess refuses, naming the field, a pod that would reach GPUs around the device
-// plugin: a container that sets NVIDIA_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES itself (the
-// device plugin sets them to the pod's GPUs; with the legacy NVIDIA runtime the variable alone
-// exposes any GPU), or a hostPath volume onto /dev/nvidia* or /dev as a whole.
-// forbidPrivileged also refuses privileged containers (they see every device node).
-func CheckDeviceAccess(pod *corev1.Pod, forbidPrivileged bool) error {
-	type ref struct {
-		field string
-		i     int
-		c     *corev1.Container
-	}
-	var all []ref
-	for i := range pod.Spec.InitContainers {
-		all = append(all, ref{"initContainers", i, &pod.Spec.InitContainers[i]})
-	}
-	for i := range pod.Spec.Containers {
-		all = append(all, ref{"containers", i, &pod.Spec.Containers[i]})
-	}
-	for _, r := range all {
-		field, i, c := r.field, r.i, r.c
-		for j, e := range c.Env {
-			for _, v := range visibleDeviceVars {
-				if e.Name == v {
-					return fmt.Errorf("spec.%s[%d].env[%d]: %s is set by the pod; the GPUs a container sees are handed over by the gpu-scheduler's device plugin: remove it", field, i, j, v)
-				}
-			}
-		}
-		if forbidPrivileged && c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged {
-			return fmt.Errorf("spec.%s[%d].securityContext.privileged: privileged GPU pods are forbidden in namespace %q (label %s): a privileged container sees every GPU", field, i, pod.Namespace, LabelForbidPrivileged)
-		}
-	}
-	for i, v := range pod.Spec.Volumes {
-		if v.HostPath == nil {
-			continue
-		}
-		p := strings.TrimRight(v.HostPath.Path, "/")
-		if p == "/dev" || strings.HasPrefix(p, "/dev/nvidia") {
-			return fmt.Errorf("spec.volumes[%d].hostPath.path: %q mounts NVIDIA device nodes; the GPUs a container sees are handed over by the gpu-scheduler's device plugin: remove it", i, v.HostPath.Path)
-		}
-	}
-	return nil
 }
 
 // LabelForbidPrivileged on a namespace ("true") refuses privileged containers in its GPU pods.
