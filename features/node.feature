@@ -23,7 +23,7 @@ Feature: The kubelet hands a container exactly the GPUs gpu-scheduler chose
 
   Scenario: A pod without an allocation of ours is refused, with the reason
     When a pod asking for 1 GPU is bound to the node without an allocation from gpu-scheduler
-    Then the kubelet refuses to start it with "no pod bound to this node has"
+    Then the kubelet refuses to start it with "without an allocation by gpu-scheduler"
 
   Scenario: The agent and the kubelet restart between two pods' starts
     Given a pod bound to GPUs 0,1 and a pod bound to GPUs 4,5

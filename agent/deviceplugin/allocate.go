@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -18,9 +19,13 @@ func (s *server) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 	p := s.p
 	p.allocMu.Lock()
 	defer p.allocMu.Unlock()
-	cands, err := p.candidates()
+	sizes := make([]int, 0, len(req.ContainerRequests))
+	for _, creq := range req.ContainerRequests {
+		sizes = append(sizes, int(creq.AllocationSize))
+	}
+	cands, err := p.settled(ctx, sizes)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("preferred allocation: %w", err)
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, creq := range req.ContainerRequests {
@@ -55,9 +60,13 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	p := s.p
 	p.allocMu.Lock()
 	defer p.allocMu.Unlock()
-	cands, err := p.candidates()
+	sizes := make([]int, 0, len(req.ContainerRequests))
+	for _, creq := range req.ContainerRequests {
+		sizes = append(sizes, len(creq.DevicesIds))
+	}
+	cands, err := p.settled(ctx, sizes)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("allocate: %w", err)
 	}
 	gpus, _ := p.snapshot()
 	resp := &pluginapi.AllocateResponse{}
@@ -78,6 +87,12 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 				"the pod's GpuClaim or allocation is gone, or the pod was not scheduled by %s",
 				p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, apiv1.AnnotationAllocated, p.cfg.NodeName, apiv1.FormatIDs(ids), p.cfg.SchedulerName)
 		}
+		if other := contender(cands, match); other != nil {
+			return nil, fmt.Errorf("allocate %s %s on node %q: pods %s/%s and %s/%s, neither started, both carry an allocation of GPU %d; "+
+				"the scheduler's leases never give one GPU to two live pods, so one allocation was not written by %s: refusing both until one is gone",
+				p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, match.pod.Namespace, match.pod.Name, other.pod.Namespace, other.pod.Name,
+				firstShared(match.ids, other.ids), p.cfg.SchedulerName)
+		}
 		cresp, err := p.containerResponse(ids, gpus)
 		if err != nil {
 			return nil, fmt.Errorf("allocate GPUs %s to pod %s/%s on node %q: %w",
@@ -88,6 +103,88 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil
+}
+
+// settled lists the candidates once no unallocated pod could be the one the kubelet asks GPUs
+// for: one of the counts in sizes. The kubelet says nothing of the pod it admits, so while such
+// a pod (placed by another scheduler, or with spec.nodeName, asking for the resource itself) is
+// bound here and not started, a request of its size may be its own, and handing out a claim
+// pod's GPUs could hand them to it. The wait covers the usual case: the kubelet refused that
+// pod a moment ago (its own request, refused here) and its Failed status is on its way; the
+// kubelet admits one pod at a time, so waiting holds nothing else back. After
+// UnallocatedWait the request is refused, naming the pod.
+func (p *Plugin) settled(ctx context.Context, sizes []int) ([]candidate, error) {
+	deadline := time.Now().Add(p.cfg.UnallocatedWait)
+	for {
+		cands, rogue, err := p.candidates()
+		if err != nil {
+			return nil, err
+		}
+		var suspects []unallocated
+		size := 0
+		for _, n := range sizes {
+			if s := mayBe(rogue, n); len(s) > 0 {
+				suspects, size = s, n
+				break
+			}
+		}
+		if len(suspects) == 0 {
+			return cands, nil
+		}
+		if !time.Now().Before(deadline) {
+			return nil, p.refuseUnallocated(suspects, size)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, p.refuseUnallocated(suspects, size)
+		case <-time.After(unallocatedPoll):
+		}
+	}
+}
+
+// unallocatedPoll is how often settled looks again at the pods it waits for.
+const unallocatedPoll = 20 * time.Millisecond
+
+func (p *Plugin) refuseUnallocated(suspects []unallocated, size int) error {
+	const most = 3
+	names := make([]string, 0, most)
+	for i, s := range suspects {
+		if i == most {
+			names = append(names, fmt.Sprintf("and %d more", len(suspects)-most))
+			break
+		}
+		names = append(names, fmt.Sprintf("%s/%s (%s)", s.pod.Namespace, s.pod.Name, s.why))
+	}
+	return fmt.Errorf("refusing %d %s on node %q: pod %s asks for %d %s without an allocation by %s and is not started; "+
+		"the kubelet does not say which pod it is admitting, and GPUs go only to the pod %s locked them for, "+
+		"so no pod is handed %d GPUs here until that pod is gone or refused (a GPU pod must name a GpuClaim and be placed by %s)",
+		size, p.cfg.ResourceName, p.cfg.NodeName, strings.Join(names, ", "), size, p.cfg.ResourceName, p.cfg.SchedulerName,
+		p.cfg.SchedulerName, size, p.cfg.SchedulerName)
+}
+
+// contender is another pod, not started, whose allocation shares a GPU with match's: two such
+// pods mean one of them copied the other's allocation, and which one cannot be told here.
+func contender(cands []candidate, match *candidate) *candidate {
+	for i := range cands {
+		c := &cands[i]
+		if c.pod.UID == match.pod.UID || c.pod.Status.StartTime != nil {
+			continue
+		}
+		if firstShared(c.ids, match.ids) >= 0 {
+			return c
+		}
+	}
+	return nil
+}
+
+// firstShared is the first ID in both a and b, or -1.
+func firstShared(a, b []int) int {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return x
+		}
+	}
+	return -1
 }
 
 // containerResponse hands over GPUs ids as CDI devices, and for runtimes without CDI as

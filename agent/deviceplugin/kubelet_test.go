@@ -10,8 +10,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,10 +32,12 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/deviceplugin"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
@@ -166,10 +172,24 @@ func (n *node) startKubelet() {
 	n.mgr = mgr
 }
 
-func (n *node) startPlugin() {
-	p, err := deviceplugin.New(deviceplugin.Config{
+func (n *node) startPlugin() { n.startPluginWith(nil) }
+
+// restartPlugin stops the plugin and starts it again with the harness's configuration, changed
+// by edit.
+func (n *node) restartPlugin(edit func(*deviceplugin.Config)) {
+	n.stopPlugin()
+	n.startPluginWith(edit)
+}
+
+func (n *node) startPluginWith(edit func(*deviceplugin.Config)) {
+	cfg := deviceplugin.Config{
 		NodeName: nodeName, Pods: corelisters.NewPodLister(n.pods), RecheckInterval: 10 * time.Millisecond, CDIDir: n.cdiDir,
-	})
+		UnallocatedWait: unallocatedWait,
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := deviceplugin.New(cfg)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -203,6 +223,10 @@ func (n *node) waitAllocatable(want int) {
 		n.t.Fatalf("kubelet allocatable %s: got %d, want %d", resName, got, want)
 	}
 }
+
+// unallocatedWait is the plugin's wait for a pod without an allocation to be refused: short,
+// since every test that meets one waits it out once.
+const unallocatedWait = 300 * time.Millisecond
 
 var podSeq int
 
@@ -254,6 +278,19 @@ func (n *node) admit(pod *corev1.Pod) (*devicemanager.DeviceRunContainerOptions,
 		return nil, err
 	}
 	return n.mgr.GetDeviceRunContainerOptions(context.Background(), pod, c)
+}
+
+// reject does what the kubelet does with a pod it refused to admit: its status turns Failed
+// (the kubelet's first status write, with the start time).
+func (n *node) reject(pod *corev1.Pod) {
+	n.t.Helper()
+	pod = pod.DeepCopy()
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.Reason = "UnexpectedAdmissionError"
+	pod.Status.StartTime = ptr.To(metav1.Now())
+	if err := n.pods.Update(pod); err != nil {
+		n.t.Fatal(err)
+	}
 }
 
 // finish ends a pod: it leaves the kubelet's active pods and the node's pod list.
@@ -442,9 +479,10 @@ func TestPodWithoutAllocationRefused(t *testing.T) {
 	if err == nil {
 		t.Fatalf("pod %s without an allocation was admitted", pod.Name)
 	}
-	if !strings.Contains(err.Error(), "no pod bound to this node has "+apiv1.AnnotationAllocated) {
+	if !strings.Contains(err.Error(), "it carries no "+apiv1.AnnotationAllocated+" annotation") {
 		t.Fatalf("error does not say why: %v", err)
 	}
+	n.reject(pod)
 	// The same pod once the scheduler's allocation is there again is served.
 	pod2 := n.bind(1, []int{3}, time.Now())
 	n.mustGet(pod2, []int{3})
@@ -484,4 +522,194 @@ func TestUnhealthyGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.waitAllocatable(len(n.gpus))
+}
+
+// TestRoguePodRefused binds a claim pod (GPUs 0,1) to the node and, before the kubelet admits
+// it, a pod that names no claim and asks for 2 GPUs itself (placed by the default scheduler).
+// The kubelet admits the rogue pod first: its request names no pod and is for 2 GPUs, exactly
+// what the claim pod's allocation is. It must be refused, naming the pod and why; once the
+// kubelet has failed it, the claim pod gets its own GPUs.
+func TestRoguePodRefused(t *testing.T) {
+	n := newNode(t)
+	now := time.Now()
+	claim := n.bind(2, []int{0, 1}, now)
+	rogue := n.bindFor("default-scheduler", 2, nil, now.Add(time.Second))
+	opts, err := n.admit(rogue)
+	if err == nil {
+		got, _ := n.handed(opts)
+		t.Fatalf("pod %s, which names no claim, was handed GPUs %v (the kubelet recorded %v) while %s holds 0,1", rogue.Name, got, n.kubeletIDs(rogue), claim.Name)
+	}
+	for _, want := range []string{"team/" + rogue.Name, "not scheduled by " + apiv1.SchedulerName, "without an allocation"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("the refusal does not say %q: %v", want, err)
+		}
+	}
+	n.reject(rogue)
+	n.mustGet(claim, []int{0, 1})
+}
+
+// TestClaimPodWaitsOutRefusedRogue: the kubelet refused the rogue pod a moment ago and admits
+// the claim pod while the rogue pod's Failed status has not reached the agent yet. The plugin
+// waits for it and serves the claim pod.
+func TestClaimPodWaitsOutRefusedRogue(t *testing.T) {
+	n := newNode(t)
+	now := time.Now()
+	claim := n.bind(2, []int{4, 5}, now)
+	rogue := n.bindFor(apiv1.SchedulerName, 2, nil, now.Add(time.Second)) // spec.nodeName, our scheduler's name, no claim
+	if _, err := n.admit(rogue); err == nil {
+		t.Fatalf("pod %s, which names no claim, was handed GPUs", rogue.Name)
+	}
+	go func() {
+		time.Sleep(unallocatedWait / 3)
+		n.reject(rogue)
+	}()
+	n.mustGet(claim, []int{4, 5})
+}
+
+// TestRogueOfOtherSizeDoesNotBlock: a pending pod without an allocation that asks for 3 GPUs
+// cannot be the pod a request for 2 is for; the claim pod is served at once.
+func TestRogueOfOtherSizeDoesNotBlock(t *testing.T) {
+	n := newNode(t)
+	now := time.Now()
+	n.bindFor("default-scheduler", 3, nil, now)
+	claim := n.bind(2, []int{2, 3}, now.Add(time.Second))
+	start := time.Now()
+	n.mustGet(claim, []int{2, 3})
+	if d := time.Since(start); d >= unallocatedWait {
+		t.Fatalf("the claim pod waited %v for a pod asking for 3 GPUs", d)
+	}
+}
+
+// TestCopiedAllocationRefused: a pod created with spec.nodeName and a copy of a claim pod's
+// allocation annotation (past a webhook that should have refused it) is bound before the
+// kubelet admits the claim pod. Neither may get the GPUs while both claim them: the plugin
+// cannot tell which allocation the scheduler wrote.
+func TestCopiedAllocationRefused(t *testing.T) {
+	n := newNode(t)
+	now := time.Now()
+	claim := n.bind(2, []int{6, 7}, now)
+	copied := n.bind(2, []int{6, 7}, now.Add(-time.Second))
+	opts, err := n.admit(copied)
+	if err == nil {
+		got, _ := n.handed(opts)
+		t.Fatalf("pod %s, carrying a copy of %s's allocation, was handed GPUs %v", copied.Name, claim.Name, got)
+	}
+	if !strings.Contains(err.Error(), "both carry an allocation of GPU 6") {
+		t.Fatalf("the refusal does not say why: %v", err)
+	}
+	n.finish(copied)
+	n.mustGet(claim, []int{6, 7})
+}
+
+// standIn is another GPU device plugin, like NVIDIA's: it registers resource over socket with
+// the kubelet and lists count healthy devices.
+type standIn struct {
+	pluginapi.UnimplementedDevicePluginServer
+	count int
+}
+
+func (s *standIn) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func (s *standIn) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	resp := &pluginapi.ListAndWatchResponse{}
+	for i := range s.count {
+		resp.Devices = append(resp.Devices, &pluginapi.Device{ID: fmt.Sprintf("GPU-standin-%d", i), Health: pluginapi.Healthy})
+	}
+	if err := stream.Send(resp); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+// startStandIn serves a stand-in GPU device plugin for resource on socket and registers it.
+func startStandIn(t *testing.T, resource, socket string, count int) {
+	t.Helper()
+	path := filepath.Join(pluginapi.DevicePluginPath, socket)
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(s, &standIn{count: count})
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	conn, err := grpc.NewClient("unix://"+pluginapi.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := pluginapi.NewRegistrationClient(conn).Register(context.Background(), &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: socket, ResourceName: resource,
+	}); err != nil {
+		t.Fatalf("registering the stand-in plugin for %s: %v", resource, err)
+	}
+}
+
+// nodeObject is the Node as the kubelet reports it: its capacity is the device manager's.
+func (n *node) nodeObject() (*corev1.Node, error) {
+	capacity, _, _ := n.mgr.GetCapacity()
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}, Status: corev1.NodeStatus{Capacity: capacity}}, nil
+}
+
+// TestOtherGPUPluginStopsOurs: a stand-in for NVIDIA's device plugin registers nvidia.com/gpu
+// on the node, over a socket named like no NVIDIA socket: the node's capacity shows it, our
+// plugin stops serving (the kubelet's allocatable of our resource drops to 0, and a claim pod is
+// refused by the kubelet itself), says why, and serves again only when told the GPUs are split.
+func TestOtherGPUPluginStopsOurs(t *testing.T) {
+	n := newNode(t)
+	var mu sync.Mutex
+	var refusals []string
+	n.restartPlugin(func(c *deviceplugin.Config) {
+		c.Node = n.nodeObject
+		c.OnRefusal = func(r string) {
+			mu.Lock()
+			defer mu.Unlock()
+			refusals = append(refusals, r)
+		}
+	})
+	n.waitAllocatable(len(n.gpus))
+	startStandIn(t, "nvidia.com/gpu", "stand-in.sock", 8)
+	n.waitAllocatable(0)
+	reason := n.plugin.Refusal()
+	if !strings.Contains(reason, "nvidia.com/gpu: 8") {
+		t.Fatalf("the plugin's refusal does not name the other plugin's resource: %q", reason)
+	}
+	mu.Lock()
+	if len(refusals) != 1 || refusals[0] != reason {
+		t.Errorf("OnRefusal was called with %q, want once with %q", refusals, reason)
+	}
+	mu.Unlock()
+	if _, err := n.admit(n.bind(1, []int{0}, time.Now())); err == nil {
+		t.Fatal("a claim pod was handed GPUs while another GPU plugin serves the node")
+	}
+
+	// The operator says the node's GPUs are split between the plugins.
+	n.restartPlugin(func(c *deviceplugin.Config) { c.Node, c.AllowOtherGPUPlugins = n.nodeObject, true })
+	n.waitAllocatable(len(n.gpus))
+	if r := n.plugin.Refusal(); r != "" {
+		t.Fatalf("refusal %q with AllowOtherGPUPlugins", r)
+	}
+}
+
+// TestOtherGPUPluginSocket: NVIDIA's plugin registering our own resource name replaces ours at
+// the kubelet; only its socket shows it. OtherGPUPlugins finds it.
+func TestOtherGPUPluginSocket(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"kubelet.sock", "gpu-scheduler.sock", "rdma.sock", "nvidia-gpu.sock"} {
+		lis, err := net.Listen("unix", filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lis.Close() })
+	}
+	found, err := deviceplugin.OtherGPUPlugins(nil, dir, resName, "gpu-scheduler.sock", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || !strings.Contains(found[0], "nvidia-gpu.sock") {
+		t.Fatalf("found %q, want the nvidia-gpu.sock socket alone", found)
+	}
 }

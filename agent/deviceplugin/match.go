@@ -24,26 +24,53 @@ type candidate struct {
 	bound time.Time
 }
 
-// candidates lists the live pods of our scheduler bound to this node that carry an allocation
-// for it, bound first first (ties by creation, then name, so the order is stable).
-func (p *Plugin) candidates() ([]candidate, error) {
+// unallocated is a pod bound to this node that asks for the resource, has not been started by
+// the kubelet, and carries no allocation this plugin serves: the kubelet may be admitting it.
+type unallocated struct {
+	pod *corev1.Pod
+	// sizes are the GPU counts its containers (init and app) ask for.
+	sizes []int
+	// why says why it has no allocation of ours.
+	why string
+}
+
+// podsOfNode lists the live pods bound to this node: the pods that hold our resource,
+// or may be about to.
+func (p *Plugin) podsOfNode() ([]*corev1.Pod, error) {
 	pods, err := p.cfg.Pods.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("listing the pods of node %q: %w", p.cfg.NodeName, err)
 	}
-	var out []candidate
+	out := pods[:0:0]
 	for _, pod := range pods {
-		if pod.Spec.NodeName != p.cfg.NodeName || pod.Spec.SchedulerName != p.cfg.SchedulerName || pod.DeletionTimestamp != nil ||
+		if pod.Spec.NodeName != p.cfg.NodeName || pod.DeletionTimestamp != nil ||
 			pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		v, ok := pod.Annotations[apiv1.AnnotationAllocated]
-		if !ok {
+		out = append(out, pod)
+	}
+	return out, nil
+}
+
+// candidates lists the live pods of our scheduler bound to this node that carry an allocation
+// for it, bound first first (ties by creation, then name, so the order is stable), and the
+// not yet started pods that ask for the resource without such an allocation.
+func (p *Plugin) candidates() ([]candidate, []unallocated, error) {
+	pods, err := p.podsOfNode()
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []candidate
+	var rogue []unallocated
+	for _, pod := range pods {
+		alloc, why := p.allocation(pod)
+		if why != "" {
+			// The kubelet has written no status for it yet (StartTime is its first write, on
+			// admission or refusal): it may be the pod being admitted now.
+			if sizes := p.requestSizes(pod); len(sizes) > 0 && pod.Status.StartTime == nil {
+				rogue = append(rogue, unallocated{pod: pod, sizes: sizes, why: why})
+			}
 			continue
-		}
-		alloc, err := apiv1.ParseAllocation(v)
-		if err != nil || alloc.Node != p.cfg.NodeName {
-			continue // not ours to hand out; Allocate names the problem if nothing else matches
 		}
 		c := candidate{pod: pod, ids: alloc.IDs, bound: pod.CreationTimestamp.Time}
 		for _, cond := range pod.Status.Conditions {
@@ -58,7 +85,60 @@ func (p *Plugin) candidates() ([]candidate, error) {
 			a.pod.CreationTimestamp.Compare(b.pod.CreationTimestamp.Time),
 			cmp.Compare(a.pod.Namespace+"/"+a.pod.Name, b.pod.Namespace+"/"+b.pod.Name))
 	})
-	return out, nil
+	slices.SortFunc(rogue, func(a, b unallocated) int {
+		return cmp.Compare(a.pod.Namespace+"/"+a.pod.Name, b.pod.Namespace+"/"+b.pod.Name)
+	})
+	return out, rogue, nil
+}
+
+// allocation is pod's allocation on this node by our scheduler, or why it has none.
+func (p *Plugin) allocation(pod *corev1.Pod) (apiv1.Allocation, string) {
+	if pod.Spec.SchedulerName != p.cfg.SchedulerName {
+		return apiv1.Allocation{}, fmt.Sprintf("it was not scheduled by %s (spec.schedulerName %q)", p.cfg.SchedulerName, pod.Spec.SchedulerName)
+	}
+	v, ok := pod.Annotations[apiv1.AnnotationAllocated]
+	if !ok {
+		return apiv1.Allocation{}, fmt.Sprintf("it carries no %s annotation (it names no GpuClaim, or its claim's allocation is gone)", apiv1.AnnotationAllocated)
+	}
+	alloc, err := apiv1.ParseAllocation(v)
+	if err != nil {
+		return apiv1.Allocation{}, fmt.Sprintf("its %s annotation is invalid: %v", apiv1.AnnotationAllocated, err)
+	}
+	if alloc.Node != p.cfg.NodeName {
+		return apiv1.Allocation{}, fmt.Sprintf("its %s annotation is for node %q", apiv1.AnnotationAllocated, alloc.Node)
+	}
+	return alloc, ""
+}
+
+// requestSizes are the GPU counts of pod's containers (init, then app) that ask for the
+// resource. Extended resources are requested through limits (requests, when given, equal them).
+func (p *Plugin) requestSizes(pod *corev1.Pod) []int {
+	var out []int
+	name := corev1.ResourceName(p.cfg.ResourceName)
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			q, ok := cs[i].Resources.Limits[name]
+			if !ok {
+				q, ok = cs[i].Resources.Requests[name]
+			}
+			if ok && q.Value() > 0 {
+				out = append(out, int(q.Value()))
+			}
+		}
+	}
+	return out
+}
+
+// mayBe lists the unallocated pods one of whose containers asks for size GPUs: the kubelet's
+// request for size GPUs may be theirs, and it does not say whose it is.
+func mayBe(rogue []unallocated, size int) []unallocated {
+	var out []unallocated
+	for _, r := range rogue {
+		if slices.Contains(r.sizes, size) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // parseDeviceIDs turns the kubelet's device IDs into GPU indexes, sorted.

@@ -19,11 +19,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -32,10 +34,13 @@ import (
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
-// DefaultResourceName is the extended resource the plugin serves unless told otherwise. It is the
-// name every GPU quota, dashboard and autoscaler already knows; a node is either ours or the
-// NVIDIA device plugin's (LabelManaged), never both.
-const DefaultResourceName = "nvidia.com/gpu"
+// DefaultResourceName is the extended resource the plugin serves unless told otherwise. Our own
+// name, not NVIDIA's nvidia.com/gpu: the kubelet keeps one plugin per resource name, so two
+// plugins registering nvidia.com/gpu would silently replace each other, and a pod asking for
+// nvidia.com/gpu by hand (placed by the default scheduler) must find no such resource on our
+// nodes rather than be handed a claim pod's GPUs. A node is either ours or the NVIDIA device
+// plugin's (LabelManaged), never both; OtherGPUPlugins checks it.
+const DefaultResourceName = "gpu.scheduling/gpu"
 
 // GPU is one of the node's GPUs as the plugin advertises it.
 type GPU struct {
@@ -79,9 +84,27 @@ type Config struct {
 	// CDIDir, when set, is where the plugin keeps the CDI spec of the node's GPUs (normally
 	// /var/run/cdi); it is rewritten when the GPUs (not their health) change.
 	CDIDir string
-	// RecheckInterval is how often the plugin checks that its socket still exists: the kubelet
-	// removes every socket when it restarts, and the plugin then serves and registers again.
-	// Default 5s.
+	// UnallocatedWait is how long GetPreferredAllocation and Allocate wait, before refusing,
+	// for a pod that asks for the resource without our allocation and that the request may be
+	// for to be refused or gone (see settled). Default 10s; negative: no wait.
+	UnallocatedWait time.Duration
+	// Node, when set, reads this node (from an informer): its capacity shows the GPU resources
+	// other device plugins registered with the kubelet. See AllowOtherGPUPlugins.
+	Node func() (*corev1.Node, error)
+	// OtherGPUResources are the resources of other GPU device plugins (OtherGPUPlugins);
+	// default DefaultOtherGPUResources.
+	OtherGPUResources []string
+	// AllowOtherGPUPlugins serves even while another device plugin serves GPUs on this node
+	// (OtherGPUPlugins finds one): only where the operator has split the node's GPUs between
+	// the plugins, so that none is served by both. Without it the plugin does not serve, or
+	// stops serving, while another one is there: two plugins would hand one GPU out twice.
+	AllowOtherGPUPlugins bool
+	// OnRefusal, when set, is called when the plugin starts refusing to serve (with the reason)
+	// and when it serves again (with "").
+	OnRefusal func(reason string)
+	// RecheckInterval is how often the plugin checks that its socket still exists (the kubelet
+	// removes every socket when it restarts, and the plugin then serves and registers again)
+	// and looks for other GPU device plugins. Default 5s.
 	RecheckInterval time.Duration
 }
 
@@ -94,6 +117,8 @@ type Plugin struct {
 	changed chan struct{} // closed and replaced on every change of gpus
 	// taken records, by pod UID, the pods whose allocation the kubelet has been handed.
 	taken map[string]bool
+	// refusal says why the plugin does not serve ("" while it serves or may).
+	refusal string
 
 	// allocMu serialises GetPreferredAllocation and Allocate: one pod is matched at a time.
 	allocMu sync.Mutex
@@ -126,6 +151,9 @@ func New(cfg Config) (*Plugin, error) {
 	}
 	if cfg.DevRoot == "" {
 		cfg.DevRoot = "/dev"
+	}
+	if cfg.UnallocatedWait == 0 {
+		cfg.UnallocatedWait = 10 * time.Second
 	}
 	if cfg.RecheckInterval <= 0 {
 		cfg.RecheckInterval = 5 * time.Second
@@ -185,7 +213,20 @@ func (p *Plugin) Run(ctx context.Context) error {
 	defer p.stop()
 	registered := false
 	for {
-		if _, err := os.Stat(p.socketPath()); err != nil || !registered {
+		reason := p.othersReason()
+		if p.setRefusal(reason) {
+			if reason != "" {
+				logger.Error(nil, "Not serving the kubelet device plugin: two device plugins would hand one GPU out twice; "+
+					"remove the other one from this node or, if the node's GPUs are split between the plugins, set the chart's "+
+					"devicePlugin.allowOtherGPUPlugins (--allow-other-gpu-plugins)", "reason", reason)
+			} else {
+				logger.Info("No other GPU device plugin on this node (any more): serving")
+			}
+		}
+		if reason != "" {
+			p.stop() // closing the listener removes the socket: the kubelet stops counting our GPUs
+			registered = false
+		} else if _, err := os.Stat(p.socketPath()); err != nil || !registered {
 			p.stop()
 			if err := p.serveAndRegister(ctx); err != nil {
 				// The kubelet may not be up yet: try again at the next check.
@@ -202,6 +243,50 @@ func (p *Plugin) Run(ctx context.Context) error {
 		case <-time.After(p.cfg.RecheckInterval):
 		}
 	}
+}
+
+// Refusal says why the plugin does not serve: another GPU device plugin serves this node (see
+// Config.AllowOtherGPUPlugins); "" while it serves. The agent's readiness follows it.
+func (p *Plugin) Refusal() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refusal
+}
+
+// setRefusal records reason and reports whether it changed whether the plugin refuses (or why).
+func (p *Plugin) setRefusal(reason string) bool {
+	p.mu.Lock()
+	changed := p.refusal != reason
+	p.refusal = reason
+	p.mu.Unlock()
+	if changed && p.cfg.OnRefusal != nil {
+		p.cfg.OnRefusal(reason)
+	}
+	return changed
+}
+
+// othersReason says why the plugin must not serve now: another GPU device plugin on the node,
+// or that it cannot tell. "" when it may serve.
+func (p *Plugin) othersReason() string {
+	if p.cfg.AllowOtherGPUPlugins {
+		return ""
+	}
+	var node *corev1.Node
+	if p.cfg.Node != nil {
+		n, err := p.cfg.Node()
+		if err != nil {
+			return fmt.Sprintf("cannot tell whether another device plugin serves GPUs on node %s: reading the node: %v", p.cfg.NodeName, err)
+		}
+		node = n
+	}
+	found, err := OtherGPUPlugins(node, p.cfg.PluginDir, p.cfg.ResourceName, p.cfg.SocketName, p.cfg.OtherGPUResources)
+	if err != nil {
+		return fmt.Sprintf("cannot tell whether another device plugin serves GPUs on node %s: %v", p.cfg.NodeName, err)
+	}
+	if len(found) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("another device plugin serves GPUs on node %s (%s); this plugin serves %s", p.cfg.NodeName, strings.Join(found, "; "), p.cfg.ResourceName)
 }
 
 func (p *Plugin) stop() {
