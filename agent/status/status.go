@@ -352,16 +352,16 @@ func (w *Writer) Sync(ctx context.Context, node *corev1.Node, want apiv1.GpuNode
 // (written by an agent older than it), which any agent may claim.
 func owner(gns *apiv1.GpuNodeStatus) string { return gns.Labels[apiv1.LabelSchedulerName] }
 
-// own makes w.last carry this writer's scheduler label, taking the status over from another
+// own makes w.last carry this writer's scheduler label and this node as spec.nodeName, taking the status over from another
 // scheduler's agent only once that agent's heartbeat has been silent for the refresh interval
 // and TakeoverAfter (Config.TakeoverAfter). The
 // label is metadata, which the status subresource ignores: it costs one more write, once.
 func (w *Writer) own(ctx context.Context, now time.Time) error {
-	if owner(w.last) == w.cfg.SchedulerName {
+	if owner(w.last) == w.cfg.SchedulerName && w.last.Spec.NodeName == w.cfg.Node {
 		return nil
 	}
 	client := w.cfg.GPUClient.GpuV1().GpuNodeStatuses()
-	if owner(w.last) != "" {
+	if o := owner(w.last); o != "" && o != w.cfg.SchedulerName {
 		// Our copy may be old: decide on the owner's latest heartbeat.
 		fresh, err := client.Get(ctx, w.cfg.Node, metav1.GetOptions{})
 		if err != nil {
@@ -378,7 +378,7 @@ func (w *Writer) own(ctx context.Context, now time.Time) error {
 			klog.FromContext(ctx).Info("Taking over a GpuNodeStatus whose agent stopped heartbeating",
 				"gpuNodeStatus", klog.KObj(fresh), "from", o, "lastHeartbeat", hb)
 		}
-		if owner(fresh) == w.cfg.SchedulerName {
+		if owner(fresh) == w.cfg.SchedulerName && fresh.Spec.NodeName == w.cfg.Node {
 			return nil
 		}
 	}
@@ -387,6 +387,11 @@ func (w *Writer) own(ctx context.Context, now time.Time) error {
 		obj.Labels = map[string]string{}
 	}
 	obj.Labels[apiv1.LabelSchedulerName] = w.cfg.SchedulerName
+	// The scheduler keys the inventory by spec.nodeName, and the chart's agent policy lets an
+	// agent write only a status whose spec.nodeName is its node: a status another source wrote
+	// (the simulator, an older agent, a hand-made one) with another or no spec.nodeName is put
+	// right here, else its every status write would be refused.
+	obj.Spec.NodeName = w.cfg.Node
 	// The update carries the resourceVersion just read: of two agents claiming one status at
 	// once, one gets a conflict, reads the other's label and refuses.
 	updated, err := client.Update(ctx, obj, metav1.UpdateOptions{})

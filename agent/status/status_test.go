@@ -485,6 +485,40 @@ func TestWriterClaimsAnUnlabelledStatus(t *testing.T) {
 	}
 }
 
+// A status another source wrote for this node with another node's (or no) spec.nodeName: the
+// scheduler would file its GPUs under that node, and the agent policy refuses the agent's
+// writes to it. The agent puts its own node there.
+func TestWriterPutsItsNodeInTheSpec(t *testing.T) {
+	for _, spec := range []string{"n2", ""} {
+		for _, label := range []string{apiv1.SchedulerName, ""} {
+			ctx := context.Background()
+			clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}}
+			old := &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: apiv1.GpuNodeStatusSpec{NodeName: spec}}
+			if label != "" {
+				old.Labels = map[string]string{apiv1.LabelSchedulerName: label}
+			}
+			gpus := gpufake.NewSimpleClientset(old)
+			w := status.NewWriter(status.Config{Node: "n1", GPUClient: gpus, KubeClient: fake.NewSimpleClientset(node), Clock: clk,
+				Heartbeat: time.Minute, MinInterval: -1})
+			if err := w.Load(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := w.Sync(ctx, node, status.Summarize(nil, "new")); err != nil || !ok {
+				t.Fatalf("spec.nodeName %q, label %q: Sync: %v, %v", spec, label, ok, err)
+			}
+			gns, err := gpus.GpuV1().GpuNodeStatuses().Get(ctx, "n1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gns.Spec.NodeName != "n1" || gns.Status.Message != "new" {
+				t.Errorf("spec.nodeName %q, label %q: after the agent of n1 wrote it, spec.nodeName is %q and the message %q; want n1 and the new message",
+					spec, label, gns.Spec.NodeName, gns.Status.Message)
+			}
+		}
+	}
+}
+
 // TestFirstHeartbeatSpread: agents started together beat spread over the whole interval from
 // their first heartbeat on, not all within its last fifth; after that first beat each keeps
 // its own interval.
