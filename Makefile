@@ -181,10 +181,10 @@ e2e-kind: tools docker-all
 IMAGE_TAG       ?=
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 
-## images: build the images as OCI archives in _output/images without Docker (IMAGE_TAG, IMAGE_PLATFORMS, IMAGES=gpu-agent,testbox to pick some; PUSH=1 also pushes the components to REGISTRY); ctr -n k8s.io images import loads them
+## images: build the images as OCI archives in _output/images without Docker (IMAGE_TAG, IMAGE_PLATFORMS, IMAGES=gpu-agent,testbox to pick some, IMAGE_COMMIT=HEAD to build a commit rather than the working tree; PUSH=1 also pushes the components to REGISTRY); ctr -n k8s.io images import loads them
 .PHONY: images
 images:
-	$(GO) -C hack/images run . -registry $(REGISTRY) -tag '$(IMAGE_TAG)' -platforms $(IMAGE_PLATFORMS) $(if $(IMAGES),-images $(IMAGES)) $(if $(filter 1 true yes,$(PUSH)),-push)
+	$(GO) -C hack/images run . -registry $(REGISTRY) -tag '$(IMAGE_TAG)' -platforms $(IMAGE_PLATFORMS) $(if $(IMAGES),-images $(IMAGES)) $(if $(IMAGE_COMMIT),-commit $(IMAGE_COMMIT)) $(if $(filter 1 true yes,$(PUSH)),-push)
 
 ## test-images: the image builder's tests, make images twice with the same digests, and the images run in a containerd of their own (hack/images/check-containerd.sh: root, containerd and runc, else it says so and skips)
 .PHONY: test-images

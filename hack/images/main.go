@@ -36,6 +36,7 @@ type options struct {
 	push      bool
 	insecure  bool
 	lock      string
+	commit    string
 	updateDeb bool
 }
 
@@ -51,6 +52,7 @@ func main() {
 	flag.BoolVar(&o.push, "push", false, "Also push the component images to -registry (credentials from the Docker config, as docker login writes them).")
 	flag.BoolVar(&o.insecure, "insecure", false, "With -push: the registry speaks plain HTTP.")
 	flag.StringVar(&o.lock, "debian-lock", "hack/images/debian.lock", "The Debian packages' pins (relative to -root).")
+	flag.StringVar(&o.commit, "commit", "", "Build from this commit (git archive into the cache directory) instead of the working tree.")
 	flag.BoolVar(&o.updateDeb, "update-debian-lock", false, "Pin the newest Debian packages the machine's apt sources offer, rewrite -debian-lock and exit.")
 	flag.Parse()
 
@@ -85,11 +87,22 @@ func run(ctx context.Context, o options) error {
 	if o.updateDeb {
 		return updateLock(a, abs(o.lock), debianPackages, archs)
 	}
-	pkgs, err := readLock(abs(o.lock))
+	src := root
+	if o.commit != "" {
+		src = filepath.Join(abs(o.cache), "src")
+		if err := exportCommit(ctx, root, o.commit, src); err != nil {
+			return err
+		}
+	}
+	meta, err := readSource(ctx, root, src, o.commit, o.tag)
 	if err != nil {
 		return err
 	}
-	meta, err := readSource(ctx, root, o.tag)
+	lock := o.lock
+	if !filepath.IsAbs(lock) {
+		lock = filepath.Join(src, lock) // the pins of the tree being built
+	}
+	pkgs, err := readLock(lock)
 	if err != nil {
 		return err
 	}
@@ -98,7 +111,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	b := &builder{
-		root:      root,
+		root:      src,
 		out:       abs(o.out),
 		apt:       a,
 		pkgs:      pkgs,

@@ -22,18 +22,26 @@ type sourceMeta struct {
 
 const sourceURL = "https://github.com/gpu-scheduler/gpu-scheduler"
 
-func readSource(ctx context.Context, root, tag string) (sourceMeta, error) {
+// readSource describes the working tree of root, or commit when it is given; src is the tree
+// the images are built from (root, or the commit's export).
+func readSource(ctx context.Context, root, src, commit, tag string) (sourceMeta, error) {
 	var m sourceMeta
 	git := func(args ...string) (string, error) {
 		out, err := exec.CommandContext(ctx, "git", append([]string{"-C", root}, args...)...).Output()
 		return strings.TrimSpace(string(out)), err
 	}
-	rev, revErr := git("rev-parse", "HEAD")
+	at := "HEAD"
+	if commit != "" {
+		at = commit
+	}
+	rev, revErr := git("rev-parse", "--verify", at+"^{commit}")
 	if revErr == nil {
 		m.revision = rev
-		if _, err := git("diff", "--quiet", "HEAD", "--"); err != nil {
+		if _, err := git("diff", "--quiet", "HEAD", "--"); commit == "" && err != nil {
 			m.revision += "-dirty"
 		}
+	} else if commit != "" {
+		return m, fmt.Errorf("-commit %q: not a commit of %s: %w", commit, root, revErr)
 	}
 	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
 		sec, err := strconv.ParseInt(s, 10, 64)
@@ -45,7 +53,7 @@ func readSource(ctx context.Context, root, tag string) (sourceMeta, error) {
 		if revErr != nil {
 			return m, fmt.Errorf("no git commit to date the images by (set SOURCE_DATE_EPOCH): %w", revErr)
 		}
-		ct, err := git("log", "-1", "--format=%ct", "HEAD")
+		ct, err := git("log", "-1", "--format=%ct", rev)
 		if err != nil {
 			return m, fmt.Errorf("git log: %w", err)
 		}
@@ -61,7 +69,7 @@ func readSource(ctx context.Context, root, tag string) (sourceMeta, error) {
 
 	m.version = tag
 	if m.version == "" {
-		v, err := chartAppVersion(filepath.Join(root, "charts", "gpu-scheduler", "Chart.yaml"))
+		v, err := chartAppVersion(filepath.Join(src, "charts", "gpu-scheduler", "Chart.yaml"))
 		if err != nil {
 			return m, err
 		}
@@ -70,7 +78,7 @@ func readSource(ctx context.Context, root, tag string) (sourceMeta, error) {
 	if !regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`).MatchString(m.version) {
 		return m, fmt.Errorf("tag %q is not a valid image tag (letters, digits, _ . -; at most 128)", m.version)
 	}
-	k, err := goModVersion(filepath.Join(root, "go.mod"), "k8s.io/kubernetes")
+	k, err := goModVersion(filepath.Join(src, "go.mod"), "k8s.io/kubernetes")
 	if err != nil {
 		return m, err
 	}
@@ -102,4 +110,35 @@ func goModVersion(file, module string) (string, error) {
 		return "", fmt.Errorf("%s does not require %s", file, module)
 	}
 	return string(m[1]), nil
+}
+
+// exportCommit writes commit's tree into dir (git archive), so that the images are built from
+// exactly that commit whatever the working tree holds.
+func exportCommit(ctx context.Context, root, commit, dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clearing %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("export directory: %w", err)
+	}
+	archive := exec.CommandContext(ctx, "git", "-C", root, "archive", "--format=tar", commit)
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", dir)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("git archive: %w", err)
+	}
+	untar.Stdin = pipe
+	var stderr strings.Builder
+	archive.Stderr, untar.Stderr = &stderr, &stderr
+	if err := untar.Start(); err != nil {
+		return fmt.Errorf("tar: %w", err)
+	}
+	if err := archive.Run(); err != nil {
+		_ = untar.Wait()
+		return fmt.Errorf("git archive %s: %w: %s", commit, err, stderr.String())
+	}
+	if err := untar.Wait(); err != nil {
+		return fmt.Errorf("unpacking git archive %s: %w: %s", commit, err, stderr.String())
+	}
+	return nil
 }
