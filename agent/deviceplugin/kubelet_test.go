@@ -178,6 +178,7 @@ func (n *node) startPlugin() { n.startPluginWith(nil) }
 // by edit.
 func (n *node) restartPlugin(edit func(*deviceplugin.Config)) {
 	n.stopPlugin()
+	n.waitAllocatable(0) // the kubelet noticed, so that a later wait sees the new plugin
 	n.startPluginWith(edit)
 }
 

@@ -2,14 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/deviceplugin"
@@ -23,41 +30,68 @@ type devicePluginOptions struct {
 	resourceName string
 	pluginDir    string
 	cdiDir       string
+	allowOthers  bool
 }
 
 // startDevicePlugin serves the kubelet device-plugin API on this node when the node carries
 // gpu.scheduling/managed=true, and returns the agent's OnDevices and OnInventory hooks (nil
-// when not serving). Without the label the node's GPUs belong to the NVIDIA device plugin:
-// serving both would hand one GPU out twice.
-func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface, node *corev1.Node) (func([]apiv1.Device), func([]topology.Device), error) {
+// when not serving) and a readiness check. Without the label the node's GPUs belong to the
+// NVIDIA device plugin: serving both would hand one GPU out twice. With the label the plugin
+// still refuses to serve while another GPU device plugin serves the node (unless
+// --allow-other-gpu-plugins), and says so: the check fails (the agent is not ready), an Event
+// on the Node and an error in the log.
+func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface, node *corev1.Node, nodes corelisters.NodeLister) (func([]apiv1.Device), func([]topology.Device), func() error, error) {
 	logger := klog.FromContext(ctx)
 	if !o.devicePlugin.enabled {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if node == nil || node.Labels[deviceplugin.LabelManaged] != "true" {
 		logger.Info("Not serving the kubelet device plugin: the node is not labelled "+deviceplugin.LabelManaged+"=true", "node", o.nodeName)
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.nodeName).String()
 		}))
 	pods := factory.Core().V1().Pods()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpu-agent", Host: o.nodeName})
+	// Events about a Node are filed under its name and UID, as the kubelet's are.
+	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: node.Name, UID: types.UID(node.Name)}
 	p, err := deviceplugin.New(deviceplugin.Config{
 		NodeName: o.nodeName, ResourceName: o.devicePlugin.resourceName, PluginDir: o.devicePlugin.pluginDir,
 		CDIDir: o.devicePlugin.cdiDir, Pods: pods.Lister(), SchedulerName: o.schedulerName,
+		Node: func() (*corev1.Node, error) {
+			n, err := nodes.Get(o.nodeName)
+			if apierrors.IsNotFound(err) {
+				return node, nil // the node informer has not synced yet: the node as read at start
+			}
+			return n, err
+		},
+		AllowOtherGPUPlugins: o.devicePlugin.allowOthers,
+		OnRefusal: func(reason string) {
+			if reason != "" {
+				recorder.Event(nodeRef, corev1.EventTypeWarning, "GPUDevicePluginRefused",
+					"gpu-agent does not serve "+o.devicePlugin.resourceName+": "+reason)
+			} else {
+				recorder.Event(nodeRef, corev1.EventTypeNormal, "GPUDevicePluginServing",
+					"gpu-agent serves "+o.devicePlugin.resourceName+": no other GPU device plugin on the node")
+			}
+		},
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	pods.Informer() // registered before Start
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return nil, nil, fmt.Errorf("device plugin: syncing the pods of node %q (%v) failed", o.nodeName, typ)
+			return nil, nil, nil, fmt.Errorf("device plugin: syncing the pods of node %q (%v) failed", o.nodeName, typ)
 		}
 	}
 	go func() {
+		defer broadcaster.Shutdown()
 		if err := p.Run(ctx); err != nil {
 			logger.Error(err, "Kubelet device plugin stopped")
 		}
@@ -78,5 +112,11 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 			logger.Error(err, "Updating the device plugin's GPUs failed", "node", o.nodeName)
 		}
 	}
-	return onDevices, onInventory, nil
+	ready := func() error {
+		if r := p.Refusal(); r != "" {
+			return errors.New("not serving the kubelet device plugin: " + r)
+		}
+		return nil
+	}
+	return onDevices, onInventory, ready, nil
 }

@@ -34,6 +34,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/deviceplugin"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
@@ -90,7 +91,8 @@ func main() {
 	fs.IntVar(&o.fleetWriteBurst, "fleet-write-burst", 200, "With --fleet: status write burst for the whole fleet.")
 	fs.StringVar(&o.fleetNodeSelector, "fleet-node-selector", "", "With --fleet: simulate only the labelled nodes that also match this label selector.")
 	fs.BoolVar(&o.devicePlugin.enabled, "device-plugin", true, "Serve the kubelet device-plugin API on nodes labelled gpu.scheduling/managed=true. Ignored with --fleet.")
-	fs.StringVar(&o.devicePlugin.resourceName, "resource-name", "nvidia.com/gpu", "Extended resource the device plugin serves; the webhook and the chart must use the same.")
+	fs.StringVar(&o.devicePlugin.resourceName, "resource-name", deviceplugin.DefaultResourceName, "Extended resource the device plugin serves; the webhook and the chart must use the same.")
+	fs.BoolVar(&o.devicePlugin.allowOthers, "allow-other-gpu-plugins", false, "Serve the device plugin even while another GPU device plugin (NVIDIA's: nvidia.com/gpu in the node's capacity, or its socket in --device-plugin-dir) serves the node. Only where the node's GPUs are split between the plugins: two plugins serving one GPU hand it out twice. Without it the agent does not serve the device plugin there, is not ready, and says why (log, Event on the Node).")
 	fs.StringVar(&o.devicePlugin.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "The kubelet's device-plugin directory (holds kubelet.sock).")
 	fs.StringVar(&o.devicePlugin.cdiDir, "cdi-dir", "/var/run/cdi", "Where the CDI spec of the node's GPUs is written; empty: none.")
 	flag.Parse()
@@ -154,8 +156,11 @@ func run(ctx context.Context, o options) error {
 	}
 
 	var ready atomic.Bool
+	// checks are the device plugin's readiness, set by runNode before ready turns true.
+	var checks atomic.Pointer[func() error]
+	probe := readiness{ready: &ready, check: &checks}
 	mux := http.NewServeMux()
-	addProbes(mux, &ready)
+	addProbes(mux, probe)
 
 	var runLoop func(context.Context) error
 	if o.fleet {
@@ -171,7 +176,7 @@ func run(ctx context.Context, o options) error {
 		mux.Handle("GET /nodes", fh)
 		runLoop = f.Run
 	} else {
-		runLoop = func(ctx context.Context) error { return runNode(ctx, o, base) }
+		runLoop = func(ctx context.Context) error { return runNode(ctx, o, base, &checks) }
 	}
 
 	serve(ctx, &http.Server{Addr: o.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
@@ -185,7 +190,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		secure := http.NewServeMux()
-		addProbes(secure, &ready)
+		addProbes(secure, probe)
 		secure.Handle("GET /metrics", guard(legacyregistry.Handler()))
 		serve(ctx, &http.Server{Addr: o.metricsAddr, Handler: secure, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second})
 	}
@@ -194,15 +199,29 @@ func run(ctx context.Context, o options) error {
 	return runLoop(ctx)
 }
 
+// readiness is what /readyz reports: the agent's loop has started, and the device plugin
+// (when there is one) serves.
+type readiness struct {
+	ready *atomic.Bool
+	check *atomic.Pointer[func() error]
+}
+
 // addProbes serves /healthz and /readyz. Liveness says only that the process serves: NVML
 // failures are reported in the status (GPUs Unknown), never by failing the probe, which would
-// crash-loop the agent. Readiness says the agent's loop has started.
-func addProbes(mux *http.ServeMux, ready *atomic.Bool) {
+// crash-loop the agent. Readiness says the agent's loop has started and its device plugin is
+// not refusing to serve (another GPU device plugin on the node).
+func addProbes(mux *http.ServeMux, r readiness) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
+		if !r.ready.Load() {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
+		}
+		if c := r.check.Load(); c != nil {
+			if err := (*c)(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		fmt.Fprintln(w, "ok")
 	})
@@ -231,7 +250,7 @@ func serve(ctx context.Context, srv *http.Server) {
 }
 
 // runNode runs the agent for this node over the real NVML.
-func runNode(ctx context.Context, o options, cfg agent.Config) error {
+func runNode(ctx context.Context, o options, cfg agent.Config, checks *atomic.Pointer[func() error]) error {
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.nodeName).String()
@@ -249,8 +268,12 @@ func runNode(ctx context.Context, o options, cfg agent.Config) error {
 	if err != nil {
 		return fmt.Errorf("reading node %q: %w", o.nodeName, err)
 	}
-	if cfg.OnDevices, cfg.OnInventory, err = startDevicePlugin(ctx, o, cfg.KubeClient, node); err != nil {
+	var pluginReady func() error
+	if cfg.OnDevices, cfg.OnInventory, pluginReady, err = startDevicePlugin(ctx, o, cfg.KubeClient, node, nodes.Lister()); err != nil {
 		return err
+	}
+	if pluginReady != nil {
+		checks.Store(&pluginReady)
 	}
 	a, err := agent.New(cfg)
 	if err != nil {
