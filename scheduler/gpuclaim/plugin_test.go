@@ -60,7 +60,6 @@ func newTestEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *testEnv
 // WaitOnPermit); the other extension points are called directly by schedule.
 func newTestEnvArgs(t *testing.T, args *Args, nodes []*v1.Node, objs ...runtime.Object) *testEnv {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
 	clk := clocktesting.NewFakeClock(time.Now())
 	kube := fake.NewClientset()
 	var gpuObjs []runtime.Object
@@ -69,6 +68,14 @@ func newTestEnvArgs(t *testing.T, args *Args, nodes []*v1.Node, objs ...runtime.
 	}
 	gpuObjs = append(gpuObjs, objs...)
 	gpu := gpufake.NewSimpleClientset(gpuObjs...)
+	return newTestEnvOn(t, args, nodes, kube, gpu, clk)
+}
+
+// newTestEnvOn builds the plugin and its framework on existing fake clientsets: two calls on
+// the same clientsets make two scheduler processes sharing one API server.
+func newTestEnvOn(t *testing.T, args *Args, nodes []*v1.Node, kube *fake.Clientset, gpu *gpufake.Clientset, clk *clocktesting.FakeClock) *testEnv {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	act := &recordingActivator{}
 	rec := events.NewFakeRecorder(1000)

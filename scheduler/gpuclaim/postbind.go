@@ -13,7 +13,8 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
-// PostBind records the claim as Bound and counts the allocation.
+// PostBind counts the allocation, and records the claim as Bound when PreBind recorded it
+// Reserved (recordReservedPhase).
 func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
 	if _, ok := claimName(pod); !ok {
 		return
@@ -37,8 +38,11 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	}
 	p.status.boundByMe(pod.UID)
 	p.releaseStale(ctx, pod, s.leases)
+	if !*p.args.RecordReservedPhase {
+		return // PreBind wrote Bound when it took the claim (claimlock.go)
+	}
 	alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
-	msg := fmt.Sprintf("GPUs %s on node %s allocated to pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name)
+	msg := boundMessage(alloc, pod)
 	if err := p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
 		setAllocation(st, apiv1.ClaimBound, pod, alloc, msg)
 	}); err != nil {

@@ -24,7 +24,9 @@ func (p *Plugin) PreBindPreFlight(ctx context.Context, cs fwk.CycleState, pod *v
 
 // PreBind makes the reservation real, off the scheduling cycle: one Lease per GPU. Losing a
 // lease race fails the attempt; the framework then calls Unreserve, and the pod is retried on
-// other GPUs. With the leases held, the claim's status moves to Reserved.
+// other GPUs. With the leases held, the claim is taken for the pod: its status names the pod
+// (Bound, or Reserved with recordReservedPhase), unless another scheduler process took it for
+// another pod first (claimlock.go).
 func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if _, ok := claimName(pod); !ok {
 		return nil
@@ -81,15 +83,28 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	p.ledger.add(pod.UID, nodeName, s.ids, shared, fromLease)
 	metrics.AllocationLatency.Observe(p.clock.Since(start).Seconds())
 
+	// The claim is taken last, once the GPUs are: a lost GPU race, the common loss, then costs
+	// no claim write (claimlock.go). The status written is Bound, which the Binding follows at
+	// once; with recordReservedPhase it is Reserved, and PostBind writes Bound.
+	alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
+	phase, msg := apiv1.ClaimBound, boundMessage(alloc, pod)
 	if *p.args.RecordReservedPhase {
-		alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
-		if err := p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
-			setAllocation(st, apiv1.ClaimReserved, pod, alloc, fmt.Sprintf("GPUs %s on node %s locked for pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name))
-		}); err != nil {
-			metrics.Placement(metrics.ResultError, metrics.ReasonAPI)
-			return fwk.AsStatus(err)
-		}
+		phase, msg = apiv1.ClaimReserved, fmt.Sprintf("GPUs %s on node %s locked for pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name)
 	}
+	err = p.takeClaim(ctx, s.claim, pod, phase, alloc, msg)
+	if errors.Is(err, errClaimTaken) {
+		metrics.Placement(metrics.ResultError, metrics.ReasonClaimInUse)
+		klog.FromContext(ctx).V(2).Info("Lost the claim to a pod another scheduler bound", "pod", klog.KObj(pod), "claim", s.key, "err", err)
+		if rec := p.handle.EventRecorder(); rec != nil {
+			rec.Eventf(pod, s.claim, v1.EventTypeWarning, "GpuClaimInUse", "Binding", err.Error())
+		}
+		return fwk.AsStatus(err)
+	}
+	if err != nil {
+		metrics.Placement(metrics.ResultError, metrics.ReasonAPI)
+		return fwk.AsStatus(fmt.Errorf("taking GpuClaim %s for pod %s/%s: %w", s.key, pod.Namespace, pod.Name, err))
+	}
+	s.claimTaken = true
 	return nil
 }
 
@@ -111,4 +126,9 @@ func setAllocation(st *apiv1.GpuClaimStatus, phase apiv1.ClaimPhase, pod *v1.Pod
 	st.PodName = pod.Name
 	st.PodUID = string(pod.UID)
 	st.Message = msg
+}
+
+// boundMessage is the message of a claim Bound to pod with alloc.
+func boundMessage(alloc apiv1.Allocation, pod *v1.Pod) string {
+	return fmt.Sprintf("GPUs %s on node %s allocated to pod %s", apiv1.FormatIDs(alloc.IDs), alloc.Node, pod.Name)
 }

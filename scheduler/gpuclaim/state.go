@@ -61,6 +61,9 @@ type stateData struct {
 	ids       []int
 	leases    []string
 	islands   int
+	// claimTaken: PreBind wrote the claim's status for this pod (claimlock.go); Unreserve
+	// gives it back.
+	claimTaken bool
 }
 
 // nodeResults are Filter's placements by node, behind a lock (Filter runs in parallel).

@@ -2,6 +2,7 @@ package gpuclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -29,13 +30,32 @@ func (p *Plugin) writeClaimStatus(ctx context.Context, claim *apiv1.GpuClaim, mu
 
 // updateClaimStatus is writeClaimStatus, and also reports whether it wrote.
 func (p *Plugin) updateClaimStatus(ctx context.Context, claim *apiv1.GpuClaim, mutate func(*apiv1.GpuClaimStatus)) (bool, error) {
+	return p.updateClaimStatusIf(ctx, claim, func(st *apiv1.GpuClaimStatus) error {
+		mutate(st)
+		return nil
+	}, claimWrite{})
+}
+
+// claimWrite says how updateClaimStatusIf writes. mustExist makes a claim that is gone an
+// error rather than nothing to record. fresh judges the first write on the API server's copy
+// rather than the informer's: a write that may change nothing on a stale copy (one undoing a
+// write just made) would otherwise be skipped.
+type claimWrite struct {
+	mustExist, fresh bool
+}
+
+// updateClaimStatusIf is updateClaimStatus with a mutate that may refuse: its error ends the
+// attempt and is returned as is. Every write carries the resourceVersion of the copy mutate
+// judged, so a status changed since is read again and judged anew, never overwritten blindly.
+func (p *Plugin) updateClaimStatusIf(ctx context.Context, claim *apiv1.GpuClaim, mutate func(*apiv1.GpuClaimStatus) error, how claimWrite) (bool, error) {
 	wrote := false
 	claims := p.gpuClient.GpuV1().GpuClaims(claim.Namespace)
 	cur := claim
 	if c, err := p.claimLister.GpuClaims(claim.Namespace).Get(claim.Name); err == nil {
 		cur = c
 	}
-	first := true
+	first := !how.fresh
+	var refused error
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		if !first {
 			c, err := claims.Get(ctx, claim.Name, metav1.GetOptions{})
@@ -46,7 +66,9 @@ func (p *Plugin) updateClaimStatus(ctx context.Context, claim *apiv1.GpuClaim, m
 		}
 		first = false
 		next := cur.DeepCopy()
-		mutate(&next.Status)
+		if refused = mutate(&next.Status); refused != nil {
+			return refused
+		}
 		next.Status.ObservedGeneration = next.Generation
 		if apiequality.Semantic.DeepEqual(cur.Status, next.Status) {
 			return nil
@@ -55,10 +77,12 @@ func (p *Plugin) updateClaimStatus(ctx context.Context, claim *apiv1.GpuClaim, m
 		wrote = err == nil
 		return err
 	})
-	if apierrors.IsNotFound(err) {
+	switch {
+	case refused != nil && errors.Is(err, refused):
+		return false, refused
+	case apierrors.IsNotFound(err) && !how.mustExist:
 		return false, nil // the claim is gone; nothing to record
-	}
-	if err != nil {
+	case err != nil:
 		return false, fmt.Errorf("updating status of GpuClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
 	return wrote, nil
