@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,11 @@ type Admitter struct {
 	SchedulerName string
 	// Resource, when its Name is set, adds the GPU resource to claim pods (resource.go).
 	Resource ResourceConfig
+	// SiblingSchedulerNames are the schedulerNames of other releases whose own guards judge
+	// their pods' Bindings (Config.SiblingSchedulerNames); SiblingPod reads a pod's
+	// schedulerName. Both empty: every Binding with the allocation is this release's to judge.
+	SiblingSchedulerNames []string
+	SiblingPod            func(ctx context.Context, namespace, name string) (schedulerName string, err error)
 }
 
 // Outcome is what a request did, for metrics and logs.
@@ -149,6 +155,9 @@ func (a *Admitter) Validate(ctx context.Context, req *admissionv1.AdmissionReque
 		}
 		fillNamespace(&b.ObjectMeta, req)
 		d = ValidateBinding(b, req.UserInfo, a.Scheduler)
+		if !d.Allowed && d.Reason == ReasonBinding && len(a.SiblingSchedulerNames) > 0 {
+			d = a.siblingBinding(ctx, b, d)
+		}
 	case req.Resource == podsResource && (req.SubResource == "" || req.SubResource == "status") && (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
 		if req.Kind != podKind {
 			return errorResponse(req, http.StatusBadRequest, fmt.Errorf("validate: expected a v1 Pod, got %s", kindString(req.Kind))), Outcome{}
@@ -186,6 +195,30 @@ func (a *Admitter) Validate(ctx context.Context, req *admissionv1.AdmissionReque
 			Message: d.Message,
 		},
 	}, Outcome{DenyReason: d.Reason}
+}
+
+// siblingBinding lets through a Binding that this release's guard refused when its pod belongs
+// to a sibling release's scheduler: a Binding carries no schedulerName, so without this each
+// release's guard refuses the other scheduler's Bindings. The sibling's own guard, which
+// receives the same request, still refuses it unless its scheduler posts it. A pod of this
+// release's scheduler, of no listed sibling, or that cannot be read is refused as before.
+func (a *Admitter) siblingBinding(ctx context.Context, b *corev1.Binding, refused Decision) Decision {
+	if a.SiblingPod == nil {
+		return refused
+	}
+	name, err := a.SiblingPod(ctx, b.Namespace, b.Name)
+	if err != nil {
+		return deny(ReasonBinding, "%s (reading the pod to tell a sibling release's Binding: %v)", refused.Message, err)
+	}
+	own := a.SchedulerName
+	if own == "" {
+		own = gpuv1.SchedulerName
+	}
+	if name == own || !slices.Contains(a.SiblingSchedulerNames, name) {
+		return refused
+	}
+	klog.FromContext(ctx).V(4).Info("Left a sibling release's Binding to its own guard", "pod", klog.KRef(b.Namespace, b.Name), "schedulerName", name)
+	return allow
 }
 
 // isBinding reports whether req posts a Binding: to pods/binding, or to the older namespaced

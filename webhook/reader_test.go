@@ -1,20 +1,23 @@
-package main
+package webhook
 
 import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
-// TestClaimCounter reads counts from claims and templates and refuses sharing either way: a
-// template must not be a way around the Exclusive-only rule of the device-plugin mode.
-func TestClaimCounter(t *testing.T) {
+// TestReaderCount reads counts from claims and templates and refuses sharing either way: a
+// template must not be a way around the Exclusive-only rule of the device-plugin mode. The
+// objects are in the caches; one created after the caches synced is found by the fallback GET.
+func TestReaderCount(t *testing.T) {
 	spec := func(n int32, e gpuv1.Exclusivity) gpuv1.GpuClaimSpec {
 		return gpuv1.GpuClaimSpec{Devices: gpuv1.DeviceRequest{Count: n, Exclusivity: e}}
 	}
@@ -25,7 +28,20 @@ func TestClaimCounter(t *testing.T) {
 		&gpuv1.GpuClaimTemplate{ObjectMeta: meta("t2"), Spec: gpuv1.GpuClaimTemplateSpec{Spec: spec(2, "")}},
 		&gpuv1.GpuClaimTemplate{ObjectMeta: meta("tshared"), Spec: gpuv1.GpuClaimTemplateSpec{Spec: spec(1, gpuv1.Shared)}},
 	)
-	count := claimCounter(gpus)
+	r := newClusterReader(kubefake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{LabelForbidPrivileged: "true"}}}), gpus, ReaderOptions{Claims: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := r.Start(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Created behind the informers' back (the fake's watch delivers it, but maybe not yet).
+	if _, err := gpus.GpuV1().GpuClaims("ml").Create(ctx, &gpuv1.GpuClaim{ObjectMeta: meta("late"), Spec: spec(3, gpuv1.Exclusive)}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	count := r.Count
+	if forbid, err := r.ForbidsPrivileged(ctx, "ml"); err != nil || !forbid {
+		t.Errorf("ForbidsPrivileged(ml) = %v, %v; want true", forbid, err)
+	}
 	for _, tc := range []struct {
 		name        string
 		annotations map[string]string
@@ -35,6 +51,7 @@ func TestClaimCounter(t *testing.T) {
 	}{
 		{name: "no claim", annotations: nil},
 		{name: "claim", annotations: map[string]string{gpuv1.AnnotationClaim: "c4"}, want: 4, wantOK: true},
+		{name: "claim created after the sync", annotations: map[string]string{gpuv1.AnnotationClaim: "late"}, want: 3, wantOK: true},
 		{name: "template", annotations: map[string]string{gpuv1.AnnotationClaimTemplate: "t2"}, want: 2, wantOK: true},
 		{name: "shared claim", annotations: map[string]string{gpuv1.AnnotationClaim: "shared"}, wantErr: "GpuClaim ml/shared: spec.devices.exclusivity Shared"},
 		{name: "shared template", annotations: map[string]string{gpuv1.AnnotationClaimTemplate: "tshared"}, wantErr: "GpuClaimTemplate ml/tshared: spec.spec.devices.exclusivity Shared"},

@@ -10,12 +10,15 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/klog/v2"
+
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 // Paths the server answers on.
@@ -54,6 +57,21 @@ type Config struct {
 	SchedulerName string
 	// Resource adds the device plugin's GPU resource to claim pods when its Name is set.
 	Resource ResourceConfig
+	// SiblingSchedulerNames are the schedulerNames of other gpu-scheduler releases in the
+	// cluster. Their schedulers' Bindings of their own pods reach this release's guard too (a
+	// Binding names no scheduler); the guard lets those through and leaves them to the sibling's
+	// guard. SiblingPod reads a pod's schedulerName (ClusterReader.SiblingPod); required with
+	// SiblingSchedulerNames.
+	SiblingSchedulerNames []string
+	SiblingPod            func(ctx context.Context, namespace, name string) (string, error)
+	// ClientCAFile, when set, is a PEM bundle of the CAs whose client certificates may call
+	// /mutate and /validate (the kube-apiserver's, configured in its AdmissionConfiguration).
+	// Callers without such a certificate get 403: they could otherwise read other namespaces'
+	// claims through the answers and spend the webhook's API budget.
+	ClientCAFile string
+	// ClientNames, with ClientCAFile, also limits the callers to certificates whose common
+	// name or a DNS name is one of these. Empty: any certificate of the CA.
+	ClientNames []string
 	// MaxRequestBytes bounds a request body; larger bodies get 413.
 	MaxRequestBytes int64
 	// ShutdownGrace bounds how long in-flight requests may finish when the context ends.
@@ -95,6 +113,21 @@ func (c *Config) Validate() error {
 	if len(c.Scheduler.Users) == 0 && len(c.Scheduler.Groups) == 0 {
 		errs = append(errs, errors.New("no scheduler identity: name at least one user or group that may write the GPU allocation"))
 	}
+	own := c.SchedulerName
+	if own == "" {
+		own = gpuv1.SchedulerName
+	}
+	for _, n := range c.SiblingSchedulerNames {
+		if n == "" || n == own {
+			errs = append(errs, fmt.Errorf("sibling scheduler name %q: must be another release's scheduler name, not empty or this release's %q", n, own))
+		}
+	}
+	if len(c.SiblingSchedulerNames) > 0 && c.SiblingPod == nil {
+		errs = append(errs, errors.New("sibling scheduler names need a way to read pods (SiblingPod)"))
+	}
+	if len(c.ClientNames) > 0 && c.ClientCAFile == "" {
+		errs = append(errs, errors.New("client names need a client CA file: names are read from verified certificates only"))
+	}
 	if c.MaxRequestBytes <= 0 {
 		errs = append(errs, fmt.Errorf("max request bytes %d must be positive", c.MaxRequestBytes))
 	}
@@ -110,6 +143,7 @@ type Server struct {
 	admitter *Admitter
 	metrics  *serverMetrics
 	cert     *dynamiccertificates.DynamicCertKeyPairContent
+	clientCA *dynamiccertificates.DynamicFileCAContent
 	tls      *dynamiccertificates.DynamicServingCertificateController
 	ready    atomic.Bool
 }
@@ -129,16 +163,34 @@ func New(cfg Config) (*Server, error) {
 		// The kube-apiserver speaks HTTP/2 to webhooks when offered.
 		NextProtos: []string{"h2", "http/1.1"},
 	}
-	ctrl := dynamiccertificates.NewDynamicServingCertificateController(base, nil, cert, nil, nil)
+	var (
+		clientCA         *dynamiccertificates.DynamicFileCAContent
+		clientCAProvider dynamiccertificates.CAContentProvider
+	)
+	if cfg.ClientCAFile != "" {
+		if clientCA, err = dynamiccertificates.NewDynamicCAContentFromFile("gpu-webhook-client-ca", cfg.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("load client CA %s: %w", cfg.ClientCAFile, err)
+		}
+		clientCAProvider = clientCA
+		// Verified when given: the kubelet's probes of /healthz and /readyz present none. The
+		// admission paths refuse a request without one (callerAllowed).
+		base.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	ctrl := dynamiccertificates.NewDynamicServingCertificateController(base, clientCAProvider, cert, nil, nil)
 	cert.AddListener(ctrl)
+	if clientCA != nil {
+		clientCA.AddListener(ctrl)
+	}
 	if err := ctrl.RunOnce(); err != nil {
 		return nil, fmt.Errorf("build TLS config from %s: %w", cfg.CertFile, err)
 	}
 	return &Server{
-		cfg:      cfg,
-		admitter: &Admitter{Mode: cfg.EnvMode, Scheduler: cfg.Scheduler, SchedulerName: cfg.SchedulerName, Resource: cfg.Resource},
+		cfg: cfg,
+		admitter: &Admitter{Mode: cfg.EnvMode, Scheduler: cfg.Scheduler, SchedulerName: cfg.SchedulerName, Resource: cfg.Resource,
+			SiblingSchedulerNames: cfg.SiblingSchedulerNames, SiblingPod: cfg.SiblingPod},
 		metrics:  newServerMetrics(),
 		cert:     cert,
+		clientCA: clientCA,
 		tls:      ctrl,
 	}, nil
 }
@@ -162,6 +214,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	// Watch the certificate files and rebuild the TLS config when they change.
 	go s.cert.Run(ctx, 1)
+	if s.clientCA != nil {
+		go s.clientCA.Run(ctx, 1)
+	}
 	go s.tls.Run(1, ctx.Done())
 
 	srv := &http.Server{
@@ -216,12 +271,43 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// callerAllowed checks the caller's client certificate when ClientCAFile is set: the TLS
+// handshake verified it against the CA when one was given, so a request without a verified
+// chain came without a certificate.
+func (s *Server) callerAllowed(r *http.Request) (string, bool) {
+	if s.cfg.ClientCAFile == "" {
+		return "", true
+	}
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return "a client certificate signed by the webhook's client CA is required", false
+	}
+	if len(s.cfg.ClientNames) == 0 {
+		return "", true
+	}
+	leaf := r.TLS.VerifiedChains[0][0]
+	if slices.Contains(s.cfg.ClientNames, leaf.Subject.CommonName) {
+		return "", true
+	}
+	for _, n := range leaf.DNSNames {
+		if slices.Contains(s.cfg.ClientNames, n) {
+			return "", true
+		}
+	}
+	return fmt.Sprintf("client certificate %q is not one of the allowed callers", leaf.Subject.CommonName), false
+}
+
 // AdmitFunc answers one decoded admission request.
 type AdmitFunc func(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, Outcome)
 
 func (s *Server) admissionHandler(name string, admit AdmitFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		if msg, ok := s.callerAllowed(r); !ok {
+			s.metrics.observe(name, http.StatusForbidden, Outcome{}, start)
+			klog.FromContext(r.Context()).V(2).Info("Refused an admission request from a caller without an allowed client certificate", "webhook", name, "remote", r.RemoteAddr, "reason", msg)
+			writeText(w, http.StatusForbidden, msg)
+			return
+		}
 		code, body, outcome := s.review(r, w, admit)
 		s.metrics.observe(name, code, outcome, start)
 		if outcome.Mutated {

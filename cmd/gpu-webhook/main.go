@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
@@ -32,13 +34,15 @@ type serveOptions struct {
 	envMode      string
 	resourceName string
 	kubeconfig   string
+	apiQPS       float32
+	apiBurst     int
 }
 
 func newServeOptions() *serveOptions {
 	cfg := webhook.DefaultConfig()
 	cfg.CertFile = "/etc/gpu-webhook/tls/tls.crt"
 	cfg.KeyFile = "/etc/gpu-webhook/tls/tls.key"
-	return &serveOptions{cfg: cfg, envMode: string(cfg.EnvMode)}
+	return &serveOptions{cfg: cfg, envMode: string(cfg.EnvMode), apiQPS: webhook.DefaultAPIQPS, apiBurst: webhook.DefaultAPIBurst}
 }
 
 func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
@@ -51,6 +55,11 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.cfg.Scheduler.Users, "scheduler-users", o.cfg.Scheduler.Users, "User names that may write the gpu.scheduling/allocated and gpu.scheduling/gpu-ids annotations (the scheduler's service account).")
 	fs.StringSliceVar(&o.cfg.Scheduler.Groups, "scheduler-groups", o.cfg.Scheduler.Groups, "Groups whose members may write the allocation annotations.")
 	fs.StringVar(&o.cfg.SchedulerName, "scheduler-name", gpuv1.SchedulerName, schedulerNameUsage)
+	fs.Float32Var(&o.apiQPS, "kube-api-qps", o.apiQPS, "Queries per second of the webhook's own API calls (cache misses when reading GpuClaims, namespaces and pods; /metrics reviews).")
+	fs.IntVar(&o.apiBurst, "kube-api-burst", o.apiBurst, "Burst of the webhook's own API calls.")
+	fs.StringSliceVar(&o.cfg.SiblingSchedulerNames, "sibling-scheduler-names", nil, "schedulerNames of other gpu-scheduler releases in the cluster: Bindings of their pods are left to their own allocation guards instead of refused (docs/install.md#two-releases). The webhook then watches those schedulers' pods.")
+	fs.StringVar(&o.cfg.ClientCAFile, "client-ca-file", "", "PEM CA bundle: only callers with a client certificate it signed (the kube-apiserver, through its AdmissionConfiguration) may call /mutate and /validate; others get 403. Empty: any caller that reaches the port (docs/webhook.md#callers).")
+	fs.StringSliceVar(&o.cfg.ClientNames, "client-names", nil, "With --client-ca-file: the client certificate's common name or a DNS name must be one of these. Empty: any certificate of the CA.")
 	fs.Int64Var(&o.cfg.MaxRequestBytes, "max-request-bytes", o.cfg.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
 	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace-period", o.cfg.ShutdownGrace, "How long in-flight requests may finish after SIGTERM.")
 }
@@ -77,17 +86,29 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if o.resourceName != "" {
-				if o.cfg.Resource, err = resourceConfig(o.resourceName, api); err != nil {
-					return err
-				}
-			}
+			api.QPS, api.Burst = o.apiQPS, o.apiBurst
 			if o.cfg.MetricsGuard, err = metricsauth.NewGuard(api, "gpu-webhook"); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			ctx = klog.NewContext(ctx, klog.Background())
+			if o.resourceName != "" || len(o.cfg.SiblingSchedulerNames) > 0 {
+				reader, err := webhook.NewClusterReader(api, webhook.ReaderOptions{QPS: o.apiQPS, Burst: o.apiBurst,
+					Claims: o.resourceName != "", SiblingSchedulerNames: o.cfg.SiblingSchedulerNames})
+				if err != nil {
+					return err
+				}
+				if err := reader.Start(ctx, time.Minute); err != nil {
+					return err
+				}
+				if o.resourceName != "" {
+					o.cfg.Resource = webhook.ResourceConfig{Name: corev1.ResourceName(o.resourceName), Count: reader.Count, ForbidsPrivileged: reader.ForbidsPrivileged}
+				}
+				if len(o.cfg.SiblingSchedulerNames) > 0 {
+					o.cfg.SiblingPod = reader.SiblingPod
+				}
+			}
 			s, err := webhook.New(o.cfg)
 			if err != nil {
 				return err

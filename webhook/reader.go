@@ -1,0 +1,197 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
+	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
+	gpulisters "github.com/gpu-scheduler/gpu-scheduler/api/generated/listers/api/v1"
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// Client rate limits of the webhook's own API calls. client-go's default (5 per second, bursts
+// of 10) is far below what a Job creating a hundred GPU pods at once needs when a cache miss
+// falls back to a GET; the apiserver's priority and fairness still bounds the webhook.
+const (
+	DefaultAPIQPS   = 50
+	DefaultAPIBurst = 100
+)
+
+// ReaderOptions configure a ClusterReader.
+type ReaderOptions struct {
+	// QPS and Burst of the reader's clients; DefaultAPIQPS and DefaultAPIBurst when zero.
+	QPS   float32
+	Burst int
+	// Claims: watch GpuClaims and GpuClaimTemplates (the device-plugin mode's GPU counts) and
+	// namespaces (the forbid-privileged label).
+	Claims bool
+	// SiblingSchedulerNames: watch the pods of these schedulers, so that the allocation guard
+	// can tell their Bindings from others' (Config.SiblingSchedulerNames).
+	SiblingSchedulerNames []string
+}
+
+// ClusterReader answers the webhook's reads from shared informers, so that admitting a pod
+// costs no API call; a cache miss (an object created an instant before the pod that names it,
+// not yet seen by the watch) falls back to one GET.
+type ClusterReader struct {
+	gpus       versioned.Interface
+	kube       kubernetes.Interface
+	claims     gpulisters.GpuClaimLister
+	templates  gpulisters.GpuClaimTemplateLister
+	namespaces corev1listers.NamespaceLister
+	siblings   []corev1listers.PodLister
+	start      []func(<-chan struct{})
+	synced     []cache.InformerSynced
+}
+
+// NewClusterReader builds the clients and informers from base; Start runs them.
+func NewClusterReader(base *rest.Config, o ReaderOptions) (*ClusterReader, error) {
+	cfg := rest.CopyConfig(base)
+	cfg.QPS, cfg.Burst = o.QPS, o.Burst
+	if cfg.QPS == 0 {
+		cfg.QPS = DefaultAPIQPS
+	}
+	if cfg.Burst == 0 {
+		cfg.Burst = DefaultAPIBurst
+	}
+	gpus, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("GpuClaim client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return newClusterReader(kube, gpus, o), nil
+}
+
+func newClusterReader(kube kubernetes.Interface, gpus versioned.Interface, o ReaderOptions) *ClusterReader {
+	r := &ClusterReader{gpus: gpus, kube: kube}
+	if o.Claims {
+		gf := gpuinformers.NewSharedInformerFactory(gpus, 0)
+		claims, templates := gf.Gpu().V1().GpuClaims(), gf.Gpu().V1().GpuClaimTemplates()
+		r.claims, r.templates = claims.Lister(), templates.Lister()
+		r.synced = append(r.synced, claims.Informer().HasSynced, templates.Informer().HasSynced)
+		kf := informers.NewSharedInformerFactory(kube, 0)
+		ns := kf.Core().V1().Namespaces()
+		r.namespaces = ns.Lister()
+		r.synced = append(r.synced, ns.Informer().HasSynced)
+		r.start = append(r.start, gf.Start, kf.Start)
+	}
+	for _, name := range o.SiblingSchedulerNames {
+		// Only the sibling's pods: a field selector keeps the cache to them.
+		selector := fields.OneTermEqualSelector("spec.schedulerName", name).String()
+		f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.FieldSelector = selector }))
+		pods := f.Core().V1().Pods()
+		r.siblings = append(r.siblings, pods.Lister())
+		r.synced = append(r.synced, pods.Informer().HasSynced)
+		r.start = append(r.start, f.Start)
+	}
+	return r
+}
+
+// Start runs the informers until ctx ends and waits (up to timeout) for their first list.
+func (r *ClusterReader) Start(ctx context.Context, timeout time.Duration) error {
+	for _, s := range r.start {
+		s(ctx.Done())
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), r.synced...) {
+		return fmt.Errorf("the webhook's caches did not sync within %s", timeout)
+	}
+	return nil
+}
+
+// Count is a GPUCounter: the pod's GPU count from its GpuClaim, or from the GpuClaimTemplate
+// its claim will be made from (the claim may not exist yet when the pod is created). Shared and
+// MIG claims are refused either way: the kubelet hands a device to one container at a time, so
+// GPUs shared by several pods cannot go through the device plugin (docs/node.md, Limits).
+func (r *ClusterReader) Count(ctx context.Context, pod *corev1.Pod) (int32, bool, error) {
+	var (
+		spec gpuv1.GpuClaimSpec
+		what string
+	)
+	if claim, ok := pod.Annotations[gpuv1.AnnotationClaim]; ok {
+		c, err := cachedOrGet(ctx, func() (*gpuv1.GpuClaim, error) { return r.claims.GpuClaims(pod.Namespace).Get(claim) },
+			func(ctx context.Context) (*gpuv1.GpuClaim, error) {
+				return r.gpus.GpuV1().GpuClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
+			})
+		if err != nil {
+			return 0, false, fmt.Errorf("metadata.annotations[%s]: GpuClaim %s/%s: %w", gpuv1.AnnotationClaim, pod.Namespace, claim, err)
+		}
+		spec, what = c.Spec, fmt.Sprintf("GpuClaim %s/%s: spec.devices", pod.Namespace, claim)
+	} else if tmpl, ok := pod.Annotations[gpuv1.AnnotationClaimTemplate]; ok {
+		t, err := cachedOrGet(ctx, func() (*gpuv1.GpuClaimTemplate, error) { return r.templates.GpuClaimTemplates(pod.Namespace).Get(tmpl) },
+			func(ctx context.Context) (*gpuv1.GpuClaimTemplate, error) {
+				return r.gpus.GpuV1().GpuClaimTemplates(pod.Namespace).Get(ctx, tmpl, metav1.GetOptions{})
+			})
+		if err != nil {
+			return 0, false, fmt.Errorf("metadata.annotations[%s]: GpuClaimTemplate %s/%s: %w", gpuv1.AnnotationClaimTemplate, pod.Namespace, tmpl, err)
+		}
+		spec, what = t.Spec.Spec, fmt.Sprintf("GpuClaimTemplate %s/%s: spec.spec.devices", pod.Namespace, tmpl)
+	} else {
+		return 0, false, nil
+	}
+	if e := spec.Devices.Exclusivity; e != "" && e != gpuv1.Exclusive {
+		return 0, false, fmt.Errorf("%s.exclusivity %s is not supported with the device plugin (--resource-name); use Exclusive", what, e)
+	}
+	return spec.Devices.Count, true, nil
+}
+
+// ForbidsPrivileged reads the namespace's LabelForbidPrivileged.
+func (r *ClusterReader) ForbidsPrivileged(ctx context.Context, namespace string) (bool, error) {
+	ns, err := cachedOrGet(ctx, func() (*corev1.Namespace, error) { return r.namespaces.Get(namespace) },
+		func(ctx context.Context) (*corev1.Namespace, error) {
+			return r.kube.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+		})
+	if err != nil {
+		return false, err
+	}
+	return ns.Labels[LabelForbidPrivileged] == "true", nil
+}
+
+// SiblingPod reports whether the pod namespace/name belongs to one of the sibling schedulers
+// (ReaderOptions.SiblingSchedulerNames), and its schedulerName. A pod not in their caches is read
+// once, so that a pod the watch has not delivered yet is not taken for a stranger's.
+func (r *ClusterReader) SiblingPod(ctx context.Context, namespace, name string) (string, error) {
+	for _, l := range r.siblings {
+		if p, err := l.Pods(namespace).Get(name); err == nil {
+			return p.Spec.SchedulerName, nil
+		}
+	}
+	p, err := r.kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return p.Spec.SchedulerName, nil
+}
+
+// cachedOrGet reads from the cache and, on a miss, from the apiserver.
+func cachedOrGet[T any](ctx context.Context, cached func() (T, error), get func(context.Context) (T, error)) (T, error) {
+	v, err := cached()
+	if err == nil {
+		return v, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return v, err
+	}
+	v, err = get(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
