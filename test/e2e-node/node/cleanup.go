@@ -203,17 +203,32 @@ func removeFamilyChains(family string, rec *hostRecord) error {
 		// No such family here (no ip6tables, say): nothing of ours in it either.
 		return nil //nolint:nilerr
 	}
+	var recorded []string
+	if rec != nil {
+		recorded = rec.Chains
+	}
+	rules := withoutOurChains(string(out), family, recorded)
+	if rules == "" {
+		return nil
+	}
+	cmd := exec.Command(family + "-restore")
+	cmd.Stdin = strings.NewReader(rules)
+	if o, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s-restore without the node's chains: %w: %s", family, err, strings.TrimSpace(string(o)))
+	}
+	return nil
+}
+
+// withoutOurChains returns the tables of save (iptables-save output) that hold chains of ours
+// not in recorded (family/table/chain), without those chains and without every rule in them
+// or jumping to them; empty when no table does.
+func withoutOurChains(save, family string, recorded []string) string {
 	keep := func(table, chain string) bool {
-		return !ourChain(chain) || (rec != nil && slices.Contains(rec.Chains, family+"/"+table+"/"+chain))
+		return !ourChain(chain) || slices.Contains(recorded, family+"/"+table+"/"+chain)
 	}
 	var b strings.Builder
 	table, dirty, tableText := "", false, []string{}
-	flush := func() {
-		if dirty {
-			b.WriteString(strings.Join(tableText, "\n") + "\n")
-		}
-	}
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	sc := bufio.NewScanner(strings.NewReader(save))
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		l := sc.Text()
@@ -222,8 +237,9 @@ func removeFamilyChains(family string, rec *hostRecord) error {
 			table, dirty, tableText = l[1:], false, []string{l}
 			continue
 		case l == "COMMIT":
-			tableText = append(tableText, l)
-			flush()
+			if dirty {
+				b.WriteString(strings.Join(append(tableText, l), "\n") + "\n")
+			}
 			continue
 		case strings.HasPrefix(l, ":"):
 			name, _, _ := strings.Cut(l[1:], " ")
@@ -233,30 +249,20 @@ func removeFamilyChains(family string, rec *hostRecord) error {
 			}
 		case strings.HasPrefix(l, "-A "):
 			f := strings.Fields(l)
-			if !keep(table, f[1]) {
-				dirty = true
-				continue
+			drop := !keep(table, f[1])
+			for _, flag := range []string{"-j", "-g"} {
+				if i := slices.Index(f, flag); i >= 0 && i+1 < len(f) && !keep(table, f[i+1]) {
+					drop = true
+				}
 			}
-			if i := slices.Index(f, "-j"); i >= 0 && i+1 < len(f) && !keep(table, f[i+1]) {
-				dirty = true
-				continue
-			}
-			if i := slices.Index(f, "-g"); i >= 0 && i+1 < len(f) && !keep(table, f[i+1]) {
+			if drop {
 				dirty = true
 				continue
 			}
 		}
 		tableText = append(tableText, l)
 	}
-	if b.Len() == 0 {
-		return nil
-	}
-	cmd := exec.Command(family + "-restore")
-	cmd.Stdin = strings.NewReader(b.String())
-	if o, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s-restore without the node's chains: %w: %s", family, err, strings.TrimSpace(string(o)))
-	}
-	return nil
+	return b.String()
 }
 
 // Leftovers lists what of this node is still on the machine, against the host as it was
