@@ -75,14 +75,34 @@ func LeaseName(node string, id int) (string, error) {
 	if node == "" {
 		return "", fmt.Errorf("lease name for GPU %d: node name is empty", id)
 	}
-	if id < 0 {
-		return "", fmt.Errorf("lease name for node %q: GPU id %d is negative", node, id)
+	if id < 0 || id > MaxGPUID {
+		return "", fmt.Errorf("lease name for node %q: GPU id %d is out of range 0-%d", node, id, MaxGPUID)
 	}
 	name := "gpu-" + node + "-" + strconv.Itoa(id)
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return "", fmt.Errorf("lease name %q for node %q GPU %d is not a valid object name: %s", name, node, id, strings.Join(errs, "; "))
 	}
 	return name, nil
+}
+
+// ParseLeaseName reads a name of the form LeaseName makes: the node and the GPU ID whose lock it
+// would be. ok is false for every other name (liveness, peer and leader-election leases among
+// them: none ends in "-{digits}" with a GPU ID in range).
+func ParseLeaseName(name string) (node string, id int, ok bool) {
+	rest, found := strings.CutPrefix(name, "gpu-")
+	i := strings.LastIndexByte(rest, '-')
+	if !found || i <= 0 {
+		return "", 0, false
+	}
+	node, digits := rest[:i], rest[i+1:]
+	id, err := strconv.Atoi(digits)
+	if err != nil || digits != strconv.Itoa(id) {
+		return "", 0, false
+	}
+	if want, err := LeaseName(node, id); err != nil || want != name {
+		return "", 0, false
+	}
+	return node, id, true
 }
 
 // AgentLeaseName is the name of the node agent's liveness Lease: gpu-{node}-agent, in the GPU
@@ -166,7 +186,8 @@ func ParseIDs(s string) ([]int, error) {
 	ids := make([]int, 0, len(parts))
 	seen := make(map[int]bool, len(parts))
 	for _, p := range parts {
-		if p == "" || len(p) > 3 {
+		if p == "" || len(p) > 9 { // more digits could overflow; none is a GPU ID
+
 			return nil, fmt.Errorf("GPU ID list %q: %q is not a GPU ID; want comma-separated IDs like 0,1", truncate(s), truncate(p))
 		}
 		for _, c := range p {
@@ -177,7 +198,10 @@ func ParseIDs(s string) ([]int, error) {
 		if len(p) > 1 && p[0] == '0' {
 			return nil, fmt.Errorf("GPU ID list %q: %q has a leading zero", truncate(s), p)
 		}
-		id, _ := strconv.Atoi(p) // digits only, at most 3: cannot fail
+		id, _ := strconv.Atoi(p) // at most 9 digits: cannot fail
+		if id > MaxGPUID {
+			return nil, fmt.Errorf("GPU ID list %q: GPU ID %d is out of range 0-%d", truncate(s), id, MaxGPUID)
+		}
 		if seen[id] {
 			return nil, fmt.Errorf("GPU ID list %q: ID %d appears twice", truncate(s), id)
 		}

@@ -29,7 +29,11 @@ func TestParseAllocation(t *testing.T) {
 		{in: "node-a: 1", wantErr: `" 1" is not a non-negative integer`},
 		{in: "node-a:01", wantErr: `"01" has a leading zero`},
 		{in: "node-a:1,1", wantErr: "ID 1 appears twice"},
-		{in: "node-a:99999", wantErr: `"99999" is not a GPU ID`},
+		{in: "node-a:99999", wantErr: "GPU ID 99999 is out of range 0-63"},
+		{in: "node-a:64", wantErr: "GPU ID 64 is out of range 0-63"},
+		{in: "node-a:1000", wantErr: "GPU ID 1000 is out of range 0-63"},
+		{in: "node-a:9999999999", wantErr: `"9999999999" is not a GPU ID`},
+		{in: "node-a:63", want: Allocation{Node: "node-a", IDs: []int{63}}},
 		{in: "Node_A:1", wantErr: `node name "Node_A" is invalid`},
 		{in: "node-a:" + strings.Repeat("1,", 70) + "1", wantErr: "at most 64 are allowed"},
 	}
@@ -64,7 +68,8 @@ func TestLeaseName(t *testing.T) {
 		want string
 	}{
 		{"", 0, "node name is empty"},
-		{"n", -1, "is negative"},
+		{"n", -1, "is out of range 0-63"},
+		{"n", MaxGPUID + 1, "is out of range 0-63"},
 		{strings.Repeat("a", 250), 1, "is not a valid object name"},
 	} {
 		if _, err := LeaseName(tc.node, tc.id); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -153,5 +158,36 @@ func TestSchedulerPeerLeaseName(t *testing.T) {
 	}
 	if a, b := SchedulerPeerLeaseName(strings.Repeat("a", 300)), SchedulerPeerLeaseName(strings.Repeat("a", 301)); a == b {
 		t.Errorf("two long identities share the lease name %q", a)
+	}
+}
+
+func TestParseLeaseName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		node string
+		id   int
+		ok   bool
+	}{
+		{"gpu-a-0", "a", 0, true},
+		{"gpu-node-1-63", "node-1", 63, true},
+		{"gpu-a.b.c-7", "a.b.c", 7, true},
+		{"gpu-a-64", "", 0, false},
+		{"gpu-a-07", "", 0, false},
+		{"gpu-a-agent", "", 0, false},
+		{"gpu-vm-scheduler", "", 0, false},
+		{"gpu-controller.gpu.scheduling", "", 0, false},
+		{"gpu--1", "", 0, false},
+		{"gpu-3", "", 0, false},
+		{"lock-a-1", "", 0, false},
+	} {
+		node, id, ok := ParseLeaseName(tc.name)
+		if node != tc.node || id != tc.id || ok != tc.ok {
+			t.Errorf("ParseLeaseName(%q) = %q, %d, %v; want %q, %d, %v", tc.name, node, id, ok, tc.node, tc.id, tc.ok)
+		}
+		if ok {
+			if back, err := LeaseName(node, id); err != nil || back != tc.name {
+				t.Errorf("LeaseName(%q, %d) = %q, %v; want %q", node, id, back, err, tc.name)
+			}
+		}
 	}
 }

@@ -59,8 +59,18 @@ const (
 	ClaimFailed ClaimPhase = "Failed"
 )
 
+// MaxGPUsPerNode bounds the GPUs of one node, and so the devices of a GpuNodeStatus (the CRD
+// schema's maxItems): no node carries more (the largest hardware preset, scenarios/hardware, has
+// 16), and a status listing thousands would slow every placement.
+const MaxGPUsPerNode = 64
+
+// MaxGPUID is the largest GPU ID (the NVML index on its node) the project accepts anywhere: in a
+// GpuNodeStatus (the schema's maximum), in the ledger, in lease names and in the allocation
+// annotations. A node's IDs are 0 to MaxGPUsPerNode-1.
+const MaxGPUID = MaxGPUsPerNode - 1
+
 // MaxGPUsPerClaim bounds devices.count; no single node carries more GPUs than this.
-const MaxGPUsPerClaim = 64
+const MaxGPUsPerClaim = MaxGPUsPerNode
 
 // +genclient
 // +kubebuilder:object:root=true

@@ -49,7 +49,8 @@ type GpuNodeStatusSpec struct {
 
 // GpuNodeStatusStatus is what the agent read from the hardware.
 type GpuNodeStatusStatus struct {
-	// Devices lists the node's GPUs.
+	// Devices lists the node's GPUs, at most 64 (MaxGPUsPerNode).
+	// +kubebuilder:validation:MaxItems=64
 	// +listType=map
 	// +listMapKey=id
 	// +optional
@@ -82,8 +83,9 @@ type GpuNodeStatusStatus struct {
 
 // Device is one GPU.
 type Device struct {
-	// ID is the GPU's index on the node (NVML index).
+	// ID is the GPU's index on the node (NVML index), 0 to 63 (MaxGPUID).
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=63
 	ID int32 `json:"id"`
 	// InUseBy lists the UIDs of the pods holding this GPU.
 	// +listType=atomic

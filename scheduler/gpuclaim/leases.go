@@ -47,7 +47,7 @@ type leaseRef struct {
 func parseLease(l *coordinationv1.Lease) (leaseRef, bool) {
 	node := l.Labels[apiv1.LabelLeaseNode]
 	id, err := strconv.Atoi(l.Labels[apiv1.LabelLeaseGPU])
-	if node == "" || err != nil || id < 0 || l.Spec.HolderIdentity == nil {
+	if node == "" || err != nil || id < 0 || id > apiv1.MaxGPUID || l.Spec.HolderIdentity == nil {
 		return leaseRef{}, false
 	}
 	ref := leaseRef{node: node, gpu: id, shared: l.Labels[apiv1.LabelLeaseShared] == "true"}

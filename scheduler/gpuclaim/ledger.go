@@ -258,6 +258,8 @@ func (s *nodeSummary) fitsWithFree(req *allocator.Request) (fit, room) {
 // who holds which GPU. Reserve writes it without any API call, so the scheduling cycle never
 // waits on the API server; leases observed from every scheduler keep it true across processes.
 type ledger struct {
+	// now is the clock that signs of life are clamped to (seen).
+	now   func() time.Time
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
 	// byPod finds a pod's holds for release.
@@ -332,6 +334,7 @@ func (c *ledger) reshape(node string, e *nodeEntry) {
 
 func newLedger() *ledger {
 	return &ledger{
+		now:     time.Now,
 		nodes:   map[string]*nodeEntry{},
 		byPod:   map[types.UID]map[gpuRef]bool{},
 		claims:  map[string]types.UID{},
@@ -350,7 +353,8 @@ func (c *ledger) entry(node string) *nodeEntry {
 }
 
 // setStatus records the hardware of a node from its GpuNodeStatus. It returns the node's
-// heartbeat (nodeEntry.heartbeat) before and after.
+// heartbeat (nodeEntry.heartbeat) before and after. A status that does not describe the node it
+// is named after (statusNode) must not reach it: the caller checks.
 func (c *ledger) setStatus(gns *apiv1.GpuNodeStatus) (before, after time.Time) {
 	n := nodeFromStatus(gns)
 	c.mu.Lock()
@@ -361,7 +365,7 @@ func (c *ledger) setStatus(gns *apiv1.GpuNodeStatus) (before, after time.Time) {
 		before = time.Time{} // a node without a status was never fresh
 	}
 	e.base = n
-	e.statusBeat = gns.Status.LastHeartbeatTime.Time
+	e.statusBeat = c.seen(gns.Status.LastHeartbeatTime.Time)
 	e.beat()
 	e.models = make(map[int]string, len(gns.Status.Devices))
 	for _, d := range gns.Status.Devices {
@@ -418,7 +422,7 @@ func (c *ledger) setRenewed(node string, renewed time.Time) (before, after time.
 		e = c.entry(node)
 	}
 	before = e.heartbeat
-	e.renewed = renewed
+	e.renewed = c.seen(renewed)
 	e.beat()
 	after = e.heartbeat
 	c.dropIfEmpty(node, e)
@@ -428,22 +432,40 @@ func (c *ledger) setRenewed(node string, renewed time.Time) (before, after time.
 	return before, after
 }
 
-// nodeNameOf is the node a GpuNodeStatus describes: spec.nodeName, or its own name.
-func nodeNameOf(gns *apiv1.GpuNodeStatus) string {
-	if gns.Spec.NodeName != "" {
-		return gns.Spec.NodeName
+// seen clamps a sign of life to the time it is observed: a heartbeat or renewal stamped in the
+// future (a skewed clock, or an agent keeping a dead node alive) counts as now, so a node whose
+// updates stop is stale one freshness window later, whatever its last stamp said.
+func (c *ledger) seen(t time.Time) time.Time {
+	if now := c.now(); t.After(now) {
+		return now
 	}
-	return gns.Name
+	return t
+}
+
+// nodeNameOf is the node a GpuNodeStatus describes: its own name (statusNode checks that
+// spec.nodeName, when set, agrees).
+func nodeNameOf(gns *apiv1.GpuNodeStatus) string { return gns.Name }
+
+// statusNode checks that a GpuNodeStatus describes the node it is named after, and returns a
+// reason when it does not. The agents' admission policy binds each agent to the status named
+// after its own node; a status whose spec.nodeName names another node would let one node's
+// agent rewrite another node's GPUs, so the scheduler ignores it.
+func statusNode(gns *apiv1.GpuNodeStatus) (string, error) {
+	if gns.Spec.NodeName != "" && gns.Spec.NodeName != gns.Name {
+		return "", fmt.Errorf("GpuNodeStatus %s has spec.nodeName %q: a status must be named after its node, so it is ignored", gns.Name, gns.Spec.NodeName)
+	}
+	return gns.Name, nil
 }
 
 // nodeFromStatus converts the agent's report into the allocator's model. Devices with
-// duplicate or negative IDs are dropped (the first wins) so that bad data cannot confuse
-// the allocator; they are simply never offered.
+// duplicate IDs or IDs outside 0-apiv1.MaxGPUID are dropped (the first wins) so that bad data
+// (a status written before the CRD schema bounded it) cannot confuse the allocator or cost every
+// placement a walk over thousands of GPUs; they are simply never offered.
 func nodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
-	n := &allocator.Node{Name: nodeNameOf(gns), GPUs: make([]allocator.GPU, 0, len(gns.Status.Devices))}
+	n := &allocator.Node{Name: nodeNameOf(gns), GPUs: make([]allocator.GPU, 0, min(len(gns.Status.Devices), apiv1.MaxGPUsPerNode))}
 	seen := map[int32]bool{}
 	for _, d := range gns.Status.Devices {
-		if d.ID < 0 || seen[d.ID] {
+		if d.ID < 0 || d.ID > apiv1.MaxGPUID || seen[d.ID] {
 			continue
 		}
 		seen[d.ID] = true

@@ -1,6 +1,9 @@
 package gpuclaim
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -8,6 +11,7 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
@@ -43,27 +47,46 @@ func slimLiveness(obj any) (any, error) {
 	}, nil
 }
 
-// livenessOf reads a liveness lease: the node whose agent holds it, and when it renewed it.
+// livenessOf reads a liveness lease: the node whose agent holds it, and when it renewed it. A
+// lease whose holder is not the node its name says (apiv1.AgentLeaseName) is no sign of life
+// of any node: ok is false and err says why. The agents' admission policy binds each agent to
+// the lease named after its own node; the holder is checked here so that one node's agent
+// cannot keep another node alive through it.
 func livenessOf(obj any) (node string, renewed time.Time, ok bool) {
+	node, renewed, err := livenessOfErr(obj)
+	return node, renewed, err == nil && node != ""
+}
+
+// livenessOfErr is livenessOf with the reason a lease is refused; node is empty and err nil for
+// what is no liveness lease at all.
+func livenessOfErr(obj any) (node string, renewed time.Time, err error) {
 	if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
 		obj = t.Obj
 	}
 	l, isLease := obj.(*coordinationv1.Lease)
 	if !isLease || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-		return "", time.Time{}, false
+		return "", time.Time{}, nil
+	}
+	if !strings.HasSuffix(l.Name, "-agent") {
+		return "", time.Time{}, nil // not a liveness lease's name (apiv1.AgentLeaseName)
+	}
+	holder := *l.Spec.HolderIdentity
+	if want, err := apiv1.AgentLeaseName(holder); err != nil || want != l.Name {
+		return "", time.Time{}, fmt.Errorf("liveness lease %s/%s is held by %q, which is not the node its name says; it is ignored", l.Namespace, l.Name, holder)
 	}
 	if l.Spec.RenewTime != nil {
 		renewed = l.Spec.RenewTime.Time
 	}
-	return *l.Spec.HolderIdentity, renewed, true
+	return holder, renewed, nil
 }
 
 // livenessHandler keeps the ledger's renewals, and sends the waiting pods back to the queue
 // when a renewal makes a stale node fresh again, as a fresh GpuNodeStatus does.
-func (p *Plugin) livenessHandler() cache.ResourceEventHandler {
+func (p *Plugin) livenessHandler(ctx context.Context) cache.ResourceEventHandler {
+	logger := klog.FromContext(ctx)
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.observeLiveness(nil, obj) },
-		UpdateFunc: func(old, obj any) { p.observeLiveness(old, obj) },
+		AddFunc:    func(obj any) { p.observeLiveness(logger, nil, obj) },
+		UpdateFunc: func(old, obj any) { p.observeLiveness(logger, old, obj) },
 		DeleteFunc: func(obj any) {
 			if node, _, ok := livenessOf(obj); ok {
 				p.ledger.setRenewed(node, time.Time{})
@@ -72,13 +95,19 @@ func (p *Plugin) livenessHandler() cache.ResourceEventHandler {
 	}
 }
 
-func (p *Plugin) observeLiveness(old, obj any) {
-	node, renewed, ok := livenessOf(obj)
-	if !ok {
+func (p *Plugin) observeLiveness(logger klog.Logger, old, obj any) {
+	node, renewed, err := livenessOfErr(obj)
+	if prev, _, ok := livenessOf(old); ok && prev != node {
+		p.ledger.setRenewed(prev, time.Time{}) // the lease names another node now, or none
+	}
+	if err != nil {
+		if _, _, oldErr := livenessOfErr(old); old == nil || oldErr == nil {
+			logger.Error(err, "Ignoring an agent liveness lease")
+		}
 		return
 	}
-	if prev, _, ok := livenessOf(old); ok && prev != node {
-		p.ledger.setRenewed(prev, time.Time{}) // the lease names another node now
+	if node == "" {
+		return
 	}
 	if before, after := p.ledger.setRenewed(node, renewed); p.becameFresh(before, after) {
 		p.gpusChanged(node)

@@ -122,7 +122,7 @@ func livenessPlugin(t *testing.T) *Plugin {
 func TestLivenessRenewalHint(t *testing.T) {
 	p := livenessPlugin(t)
 	now := p.clock.Now()
-	h := p.livenessHandler()
+	h := p.livenessHandler(t.Context())
 	p.ledger.setStatus(seedStatus("stale", now.Add(-time.Hour)))
 	p.ledger.setStatus(seedStatus("fresh", now.Add(-time.Minute)))
 	p.ledger.setStatus(seedStatus("old-lease", now.Add(-time.Hour)))
@@ -158,7 +158,7 @@ func TestLivenessRenewalHint(t *testing.T) {
 func TestStatusHeartbeatHintCountsTheLease(t *testing.T) {
 	p := livenessPlugin(t)
 	now := p.clock.Now()
-	h := p.nodeStatusHandler()
+	h := p.nodeStatusHandler(t.Context())
 	old := seedStatus("n", now.Add(-25*time.Minute))
 	h.OnAdd(old, false)
 	p.ledger.setRenewed("n", now.Add(-time.Minute))

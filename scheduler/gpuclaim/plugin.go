@@ -168,6 +168,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		deferred:     newDeferredPods(),
 		createSlots:  make(chan struct{}, parallelLeaseCreates),
 	}
+	p.ledger.now = clk.Now
 	p.status = newStatusWriter(p)
 	// The GPUs gauge reads this plugin's ledger at scrape time. With several profiles the last
 	// plugin made wins; they all see the same cluster.
@@ -203,7 +204,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		return nil, fmt.Errorf("%s: watching GpuClaimTemplates: %w", Name, err)
 	}
 	nodeStatuses := gpuFactory.Gpu().V1().GpuNodeStatuses()
-	if reg, err = nodeStatuses.Informer().AddEventHandler(p.nodeStatusHandler()); err != nil {
+	if reg, err = nodeStatuses.Informer().AddEventHandler(p.nodeStatusHandler(ctx)); err != nil {
 		return nil, fmt.Errorf("%s: watching GpuNodeStatuses: %w", Name, err)
 	}
 	handlers = append(handlers, reg)
@@ -226,7 +227,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	handlers = append(handlers, reg)
 
 	livenessFactory := newLivenessInformerFactory(p.client, *args.LeaseNamespace)
-	if reg, err = livenessFactory.Coordination().V1().Leases().Informer().AddEventHandler(p.livenessHandler()); err != nil {
+	if reg, err = livenessFactory.Coordination().V1().Leases().Informer().AddEventHandler(p.livenessHandler(ctx)); err != nil {
 		return nil, fmt.Errorf("%s: watching the agents' liveness leases: %w", Name, err)
 	}
 	handlers = append(handlers, reg)
@@ -276,11 +277,20 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 // nodeStatusHandler keeps the ledger's nodes: the GpuNodeStatuses of this scheduler's pool.
 // A status labelled for another scheduler (that release's agent runs on the node) is left
 // out, as if the node had none: its GPUs are locked in the other release's lease namespace,
-// which this scheduler does not see.
-func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
+// which this scheduler does not see. A status that is not named after the node it describes
+// (statusNode) is left out too, and said so in the log.
+func (p *Plugin) nodeStatusHandler(ctx context.Context) cache.ResourceEventHandler {
+	logger := klog.FromContext(ctx)
+	valid := func(gns *apiv1.GpuNodeStatus, report bool) bool {
+		_, err := statusNode(gns)
+		if err != nil && report {
+			logger.Error(err, "Ignoring a GpuNodeStatus", "gpuNodeStatus", gns.Name, "nodeName", gns.Spec.NodeName)
+		}
+		return err == nil
+	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok && p.inPool(gns) {
+			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok && p.inPool(gns) && valid(gns, true) {
 				p.ledger.setStatus(gns)
 				p.gpusChanged(nodeNameOf(gns))
 			}
@@ -290,12 +300,13 @@ func (p *Plugin) nodeStatusHandler() cache.ResourceEventHandler {
 			if !ok {
 				return
 			}
-			if !p.inPool(gns) {
+			prev, _ := old.(*apiv1.GpuNodeStatus)
+			if !p.inPool(gns) || !valid(gns, prev == nil || prev.Spec.NodeName != gns.Spec.NodeName) {
 				p.ledger.deleteStatus(nodeNameOf(gns))
 				return
 			}
 			before, after := p.ledger.setStatus(gns)
-			if prev, ok := old.(*apiv1.GpuNodeStatus); ok && (!p.inPool(prev) || p.mayHelp(prev, gns) || p.becameFresh(before, after)) {
+			if prev != nil && (!p.inPool(prev) || !valid(prev, false) || p.mayHelp(prev, gns) || p.becameFresh(before, after)) {
 				p.gpusChanged(nodeNameOf(gns))
 			}
 		},

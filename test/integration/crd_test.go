@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
 )
 
@@ -263,6 +265,54 @@ func TestCRDRejectsBadClaimTemplates(t *testing.T) {
 				t.Fatalf("bad template accepted; want %q", tt.want)
 			}
 			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v\nwant it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestCRDBoundsNodeStatuses writes GpuNodeStatuses past the schema's bounds to the real
+// apiserver: more devices than a node carries (apiv1.MaxGPUsPerNode) or a GPU ID beyond
+// apiv1.MaxGPUID cannot be written, so no status can make every placement walk thousands of GPUs.
+func TestCRDBoundsNodeStatuses(t *testing.T) {
+	const node = "crd-bounds"
+	t.Cleanup(func() {
+		_ = env.gpu.GpuV1().GpuNodeStatuses().Delete(context.Background(), node, metav1.DeleteOptions{})
+	})
+	devs := func(ids ...int32) []apiv1.Device {
+		out := make([]apiv1.Device, len(ids))
+		for i, id := range ids {
+			out[i] = apiv1.Device{ID: id, Health: apiv1.Healthy}
+		}
+		return out
+	}
+	upTo := func(n int32) []int32 {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(i)
+		}
+		return ids
+	}
+	for _, tt := range []struct {
+		name string
+		devs []apiv1.Device
+		want string // empty: accepted
+	}{
+		{"a full node", devs(upTo(apiv1.MaxGPUsPerNode)...), ""},
+		{"one device too many", append(devs(upTo(apiv1.MaxGPUsPerNode)...), apiv1.Device{ID: apiv1.MaxGPUsPerNode + 1}), "status.devices: Too many: 65: must have at most 64 items"},
+		{"ten thousand devices", devs(upTo(10000)...), "status.devices: Too many: 10000: must have at most 64 items"},
+		{"ID out of range", devs(0, apiv1.MaxGPUID+1), "should be less than or equal to 63"},
+		{"ID 1000", devs(1000), "should be less than or equal to 63"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := writeStatus(t.Context(), node, tt.devs)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("valid status refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v\nwant it to contain %q", err, tt.want)
 			}
 		})
