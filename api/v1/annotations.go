@@ -85,6 +85,20 @@ func LeaseName(node string, id int) (string, error) {
 	return name, nil
 }
 
+// CheckNodeName reports why GPUs of a node cannot be locked, nil when they can: every GPU lease
+// carries its node's name in the LabelLeaseNode label, which the scheduler, the agent and
+// kubectl gpu select and read, and a label value holds at most 63 characters (a node name up
+// to 253). Such a node is refused rather than tried and failed at every lock.
+func CheckNodeName(node string) error {
+	if errs := validation.IsValidLabelValue(node); len(errs) > 0 {
+		return fmt.Errorf("node name %q (%d characters) cannot label its GPU leases: %s; gpu-scheduler serves only nodes whose names are at most %d characters", truncate(node), len(node), strings.Join(errs, "; "), validation.LabelValueMaxLength)
+	}
+	if _, err := LeaseName(node, MaxGPUID); err != nil {
+		return err
+	}
+	return nil
+}
+
 // ParseLeaseName reads a name of the form LeaseName makes: the node and the GPU ID whose lock it
 // would be. ok is false for every other name (liveness, peer and leader-election leases among
 // them: none ends in "-{digits}" with a GPU ID in range).

@@ -7,8 +7,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
@@ -20,6 +22,7 @@ const (
 	reasonStale     = "node's agent is silent: its GpuNodeStatus and liveness lease are stale"
 	reasonNoFit     = "not enough healthy free GPUs for the GpuClaim"
 	reasonNotPinned = "node is not the one the pod's gpu-scheduling-map entry names"
+	reasonNodeName  = "node name is longer than 63 characters: its GPU leases cannot be labelled with it"
 	reasonCapped    = "GPU candidates were capped (maxCandidateNodes); the pod is retried with every node before anything is preempted"
 )
 
@@ -42,6 +45,9 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	}
 	if !selectorMatches(s.claim, node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonSelector)
+	}
+	if len(node.Name) > validation.LabelValueMaxLength && apiv1.CheckNodeName(node.Name) != nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNodeName)
 	}
 	if removed := s.removed[node.Name]; len(removed) > 0 {
 		if s.capped {

@@ -450,9 +450,14 @@ func nodeNameOf(gns *apiv1.GpuNodeStatus) string { return gns.Name }
 // reason when it does not. The agents' admission policy binds each agent to the status named
 // after its own node; a status whose spec.nodeName names another node would let one node's
 // agent rewrite another node's GPUs, so the scheduler ignores it.
+// A node whose name cannot label its GPU leases (apiv1.CheckNodeName) is ignored too: its GPUs
+// could never be locked.
 func statusNode(gns *apiv1.GpuNodeStatus) (string, error) {
 	if gns.Spec.NodeName != "" && gns.Spec.NodeName != gns.Name {
 		return "", fmt.Errorf("GpuNodeStatus %s has spec.nodeName %q: a status must be named after its node, so it is ignored", gns.Name, gns.Spec.NodeName)
+	}
+	if err := apiv1.CheckNodeName(gns.Name); err != nil {
+		return "", fmt.Errorf("GpuNodeStatus of node %s is ignored: %w", gns.Name, err)
 	}
 	return gns.Name, nil
 }

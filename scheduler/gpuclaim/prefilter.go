@@ -224,6 +224,9 @@ func (p *Plugin) preFilterPinned(cs fwk.CycleState, pod *v1.Pod, claim *apiv1.Gp
 	if err != nil || ni.Node() == nil {
 		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node %s does not exist", node))
 	}
+	if err := apiv1.CheckNodeName(node); err != nil {
+		return reject(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
 	if !selectorMatches(claim, ni.Node()) {
 		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node %s does not match the selector of GpuClaim %s", node, key))
 	}
