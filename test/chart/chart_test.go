@@ -554,3 +554,60 @@ func TestSecureDefaults(t *testing.T) {
 		t.Errorf("rendered %d workloads, want 4 (scheduler, webhook, controller, agent)", workloads)
 	}
 }
+
+// The chart's pod device-access policy is webhook/manifests.RenderPodPolicy's, for the release
+// namespace, the resource and the exempt namespaces of the values; it exists only in the
+// device-plugin mode.
+func TestPodPolicyMatchesManifests(t *testing.T) {
+	name := releaseName + "-webhook-pod-device-access"
+	if objs := parseObjects(t, mustTemplate(t, "--set", "devicePlugin.enabled=false")); len(findAll(objs, "ValidatingAdmissionPolicy", name)) != 0 {
+		t.Error("the pod policy is rendered without devicePlugin.enabled")
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		opts manifests.PodPolicyOptions
+	}{{
+		name: "device plugin",
+		args: []string{"--set", "devicePlugin.enabled=true", "--set", "devicePlugin.resourceName=nvidia.com/gpu"},
+		opts: manifests.PodPolicyOptions{ResourceName: "nvidia.com/gpu", Namespace: releaseNamespace},
+	}, {
+		name: "own resource, exemptions",
+		args: []string{"--namespace", "gpu-system", "--set", "devicePlugin.enabled=true", "--set", "devicePlugin.resourceName=gpu.scheduling/gpu",
+			"--set", "webhook.podPolicy.exemptNamespaces={gpu-operator,kube-system}"},
+		opts: manifests.PodPolicyOptions{ResourceName: "gpu.scheduling/gpu", Namespace: "gpu-system", ExemptNamespaces: []string{"gpu-operator"}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := parseObjects(t, mustTemplate(t, tc.args...))
+			var gotP admissionregistrationv1.ValidatingAdmissionPolicy
+			var gotB admissionregistrationv1.ValidatingAdmissionPolicyBinding
+			into(t, find(t, objs, "ValidatingAdmissionPolicy", name), &gotP)
+			into(t, find(t, objs, "ValidatingAdmissionPolicyBinding", name), &gotB)
+			opts := tc.opts
+			opts.Name = name
+			wantP, wantB, err := manifests.RenderPodPolicy(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equality.Semantic.DeepEqual(gotP.Spec, wantP.Spec) {
+				t.Errorf("pod policy differs from webhook/manifests:\n%s", lineDiff(toYAML(t, wantP.Spec), toYAML(t, gotP.Spec)))
+			}
+			if !equality.Semantic.DeepEqual(gotB.Spec, wantB.Spec) {
+				t.Errorf("pod policy binding differs from webhook/manifests:\n%s", lineDiff(toYAML(t, wantB.Spec), toYAML(t, gotB.Spec)))
+			}
+		})
+	}
+	if objs := parseObjects(t, mustTemplate(t, "--set", "devicePlugin.enabled=true", "--set", "webhook.podPolicy.enabled=false")); len(findAll(objs, "ValidatingAdmissionPolicy", name)) != 0 {
+		t.Error("the pod policy is rendered with webhook.podPolicy.enabled=false")
+	}
+}
+
+func findAll(objs []*unstructured.Unstructured, kind, name string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			out = append(out, o)
+		}
+	}
+	return out
+}
