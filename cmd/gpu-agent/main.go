@@ -38,6 +38,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/telemetry"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
@@ -59,6 +60,7 @@ type options struct {
 	fleetWriteQPS                                float64
 	fleetWriteBurst                              int
 	fleetNodeSelector                            string
+	mockTopology                                 string
 	devicePlugin                                 devicePluginOptions
 }
 
@@ -90,6 +92,8 @@ func main() {
 	fs.Float64Var(&o.fleetWriteQPS, "fleet-write-qps", 100, "With --fleet: status writes per second for the whole fleet.")
 	fs.IntVar(&o.fleetWriteBurst, "fleet-write-burst", 200, "With --fleet: status write burst for the whole fleet.")
 	fs.StringVar(&o.fleetNodeSelector, "fleet-node-selector", "", "With --fleet: simulate only the labelled nodes that also match this label selector.")
+	fs.StringVar(&o.mockTopology, "mock-topology", "", "Without --fleet: report a simulated GPU server of this preset (scenarios/hardware, e.g. dgx-h100) instead of the real NVML, "+
+		"for a test node without GPUs (make e2e-node, whose node has fake /dev/nvidia<minor> devices). Empty: the real NVML.")
 	fs.BoolVar(&o.devicePlugin.enabled, "device-plugin", true, "Serve the kubelet device-plugin API on nodes labelled gpu.scheduling/managed=true. Ignored with --fleet.")
 	fs.StringVar(&o.devicePlugin.resourceName, "resource-name", deviceplugin.DefaultResourceName, "Extended resource the device plugin serves; the webhook and the chart must use the same.")
 	fs.BoolVar(&o.devicePlugin.allowOthers, "allow-other-gpu-plugins", false, "Serve the device plugin even while another GPU device plugin (NVIDIA's: nvidia.com/gpu in the node's capacity, or its socket in --device-plugin-dir) serves the node. Only where the node's GPUs are split between the plugins: two plugins serving one GPU hand it out twice. Without it the agent does not serve the device plugin there, is not ready, and says why (log, Event on the Node).")
@@ -262,7 +266,17 @@ func runNode(ctx context.Context, o options, cfg agent.Config, checks *atomic.Po
 		return err
 	}
 	cfg.NodeName = o.nodeName
-	cfg.GPUs = nvmlgpu.New(nvml.New(), nvmlgpu.Options{})
+	var lib nvml.Interface = nvml.New()
+	if o.mockTopology != "" {
+		srv, err := mock.New(o.mockTopology, mock.WithSeed(o.nodeName))
+		if err != nil {
+			return fmt.Errorf("--mock-topology: %w", err)
+		}
+		logger := klog.FromContext(ctx)
+		logger.Info("Reporting a simulated GPU server, not the real NVML", "topology", o.mockTopology)
+		lib = srv
+	}
+	cfg.GPUs = nvmlgpu.New(lib, nvmlgpu.Options{})
 	cfg.Nodes, cfg.Leases = nodes.Lister(), leaseInformer.GetIndexer()
 	node, err := cfg.KubeClient.CoreV1().Nodes().Get(ctx, o.nodeName, metav1.GetOptions{})
 	if err != nil {
