@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -712,5 +713,25 @@ func TestOtherGPUPluginSocket(t *testing.T) {
 	}
 	if len(found) != 1 || !strings.Contains(found[0], "nvidia-gpu.sock") {
 		t.Fatalf("found %q, want the nvidia-gpu.sock socket alone", found)
+	}
+}
+
+// TestUnnamableGPUNotAdvertised: a GPU whose index no allocation annotation can carry (beyond
+// apiv1.MaxGPUID) could never be handed to a claim pod; the plugin leaves it out of what the
+// kubelet counts and says so.
+func TestUnnamableGPUNotAdvertised(t *testing.T) {
+	n := newNode(t)
+	extra := deviceplugin.GPU{Index: apiv1.MaxGPUID + 1, UUID: "GPU-beyond", Minor: 200, Healthy: true, NUMANode: -1}
+	err := n.plugin.SetGPUs(append(slices.Clone(n.gpus), extra))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("GPU %d (GPU-beyond)", extra.Index)) {
+		t.Fatalf("SetGPUs with GPU %d: %v; want an error naming it", extra.Index, err)
+	}
+	// With a change the kubelet does see (GPU 0 unhealthy), still without the extra GPU.
+	sick := slices.Clone(n.gpus)
+	sick[0].Healthy = false
+	_ = n.plugin.SetGPUs(append(sick, extra))
+	n.waitAllocatable(len(n.gpus) - 1)
+	if _, ok := n.mgr.GetAllocatableDevices()[resName][strconv.Itoa(extra.Index)]; ok {
+		t.Fatalf("the kubelet counts GPU %d", extra.Index)
 	}
 }

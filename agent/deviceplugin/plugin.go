@@ -168,7 +168,27 @@ const LabelManaged = apiv1.LabelPrefix + "managed"
 // SetGPUs replaces the advertised GPUs (inventory and health); ListAndWatch streams the change.
 // With CDIDir set, a change of the inventory also rewrites the CDI spec.
 func (p *Plugin) SetGPUs(gpus []GPU) error {
-	gpus = slices.Clone(gpus)
+	// A GPU whose index no allocation annotation can name (apiv1.ParseIDs is the annotations'
+	// parser) could never be handed to a claim pod: it is not advertised, so that the kubelet
+	// does not count it either.
+	var unnamed []string
+	gpus = slices.DeleteFunc(slices.Clone(gpus), func(g GPU) bool {
+		if _, err := apiv1.ParseIDs(deviceID(g.Index)); err != nil {
+			unnamed = append(unnamed, fmt.Sprintf("GPU %d (%s): %v", g.Index, g.UUID, err))
+			return true
+		}
+		return false
+	})
+	if err := p.setGPUs(gpus); err != nil {
+		return err
+	}
+	if len(unnamed) > 0 {
+		return fmt.Errorf("device plugin for node %q does not advertise %s", p.cfg.NodeName, strings.Join(unnamed, "; "))
+	}
+	return nil
+}
+
+func (p *Plugin) setGPUs(gpus []GPU) error {
 	slices.SortFunc(gpus, func(a, b GPU) int { return a.Index - b.Index })
 	byMinor := map[int]int{}
 	for _, g := range gpus {
