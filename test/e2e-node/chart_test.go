@@ -18,10 +18,13 @@ import (
 	"k8s.io/client-go/dynamic"
 )
 
-// helmInstallArgs is docs/install.md's command. Extra --set flags for this node come from
+// helmInstallArgs is docs/install.md's command with the values it gives for a node without
+// GPUs ("Try the chart on a real node"): the agent reports a simulated server over the node's
+// fake device nodes, and the device plugin hands them out. More --set flags come from
 // E2E_NODE_HELM_ARGS (space-separated), so that a documented change is tried without a rebuild.
 func helmInstallArgs() []string {
-	args := []string{"install", release, "charts/gpu-scheduler", "--namespace", releaseNS, "--create-namespace"}
+	args := []string{"install", release, "charts/gpu-scheduler", "--namespace", releaseNS, "--create-namespace",
+		"--set", "devicePlugin.enabled=true", "--set", "agent.nvml.mode=hostPath", "--set", "agent.extraArgs={--mock-topology=dgx-h100}"}
 	if extra := strings.Fields(os.Getenv("E2E_NODE_HELM_ARGS")); len(extra) > 0 {
 		args = append(args, extra...)
 	}
