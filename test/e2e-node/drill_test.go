@@ -1,0 +1,181 @@
+//go:build e2enode
+
+package e2enode
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// assertNoLeakedLeases fails for every GPU lease whose pod no longer exists (or is finished):
+// the lease is the lock on the GPU, so a leaked one keeps a GPU from everyone.
+func assertNoLeakedLeases(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	// Give the scheduler's cleanup a moment after the last pod went away.
+	var leaked []string
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		leaked = leaked[:0]
+		leases, err := env.cs.CoordinationV1().Leases(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "gpu.scheduling/node"})
+		if err != nil {
+			return false, nil
+		}
+		for _, l := range leases.Items {
+			ns, name := l.Labels["gpu.scheduling/pod-namespace"], l.Labels["gpu.scheduling/pod-name"]
+			if ns == "" || name == "" {
+				continue // a shared lease names no single pod
+			}
+			p, err := env.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || string(p.UID) != l.Labels["gpu.scheduling/pod-uid"] || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				leaked = append(leaked, fmt.Sprintf("%s (pod %s/%s)", l.Name, ns, name))
+			}
+		}
+		return len(leaked) == 0, nil
+	})
+	if len(leaked) > 0 {
+		t.Errorf("%d leaked GPU leases: %v", len(leaked), leaked)
+	}
+}
+
+// startGPUPods starts claim pods of the given sizes in ns and waits for them to run.
+func startGPUPods(t *testing.T, ns string, sizes ...int) {
+	t.Helper()
+	ensureNamespace(t, ns)
+	for i, size := range sizes {
+		name := fmt.Sprintf("g%d", i)
+		createClaim(t, ns, name, size)
+		if _, err := env.cs.CoreV1().Pods(ns).Create(context.Background(), claimPod(ns, name, name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range sizes {
+		waitPod(t, ns, fmt.Sprintf("g%d", i), 3*time.Minute, "Running", running)
+	}
+}
+
+// afterDrill checks what every drill must end with: the running pods still see exactly their
+// GPUs, the kubelet agrees, no GPU is held twice and no lease leaked.
+func afterDrill(t *testing.T, ns string, pods int) {
+	t.Helper()
+	for i := 0; i < pods; i++ {
+		name := fmt.Sprintf("g%d", i)
+		p := waitPod(t, ns, name, 2*time.Minute, "Running", running)
+		v, err := viewOf(t, ns, name)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if want := chosenGPUs(p); fmt.Sprint(v.minors) != fmt.Sprint(want) {
+			t.Errorf("after the drill pod %s sees /dev/nvidia%v, the scheduler chose %v", name, v.minors, want)
+		}
+	}
+	assertCheckpointMatches(t)
+	assertNoLeakedLeases(t)
+}
+
+func deleteNamespace(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	_ = env.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := env.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return err != nil, nil
+	})
+}
+
+// The kubelet restarts with GPU pods running: their allocations survive through its checkpoint
+// and a new pod does not get their GPUs.
+func TestDrillKubeletRestart(t *testing.T) {
+	ns := "e2e-drill-kubelet"
+	defer deleteNamespace(t, ns)
+	startGPUPods(t, ns, 2, 2)
+	if err := env.node.RestartKubelet(context.Background()); err != nil {
+		t.Fatalf("restarting the kubelet: %v", err)
+	}
+	createClaim(t, ns, "g2", 4)
+	if _, err := env.cs.CoreV1().Pods(ns).Create(context.Background(), claimPod(ns, "g2", "g2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	afterDrill(t, ns, 3)
+}
+
+// containerd restarts under running GPU pods: they keep running with their devices.
+func TestDrillContainerdRestart(t *testing.T) {
+	ns := "e2e-drill-containerd"
+	defer deleteNamespace(t, ns)
+	startGPUPods(t, ns, 1, 2)
+	if err := env.node.RestartContainerd(context.Background()); err != nil {
+		t.Fatalf("restarting containerd: %v", err)
+	}
+	afterDrill(t, ns, 2)
+}
+
+// The agent pod is deleted and its DaemonSet recreates it: the device plugin registers again
+// and the running pods' allocations stand.
+func TestDrillAgentPodRecreated(t *testing.T) {
+	ns := "e2e-drill-agent"
+	defer deleteNamespace(t, ns)
+	startGPUPods(t, ns, 2)
+	ctx := context.Background()
+	pods, err := env.cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("finding the agent pod: %v (%d found)", err, len(pods.Items))
+	}
+	old := pods.Items[0].UID
+	if err := env.cs.CoreV1().Pods(releaseNS).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := env.cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if p.UID != old && running(&p) {
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+						return true, nil
+					}
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no new Ready agent pod after 3m")
+	}
+	createClaim(t, ns, "g1", 2)
+	if _, err := env.cs.CoreV1().Pods(ns).Create(ctx, claimPod(ns, "g1", "g1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	afterDrill(t, ns, 2)
+}
+
+// Draining the node evicts its GPU pods: their GPUs and leases are freed, nothing leaks.
+func TestDrillDrainNode(t *testing.T) {
+	ns := "e2e-drill-drain"
+	defer deleteNamespace(t, ns)
+	startGPUPods(t, ns, 1, 2)
+	out, err := kubectl(t, "drain", env.node.Name(), "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--pod-selector", "!app.kubernetes.io/instance", "--timeout=3m")
+	defer func() { _, _ = kubectl(t, "uncordon", env.node.Name()) }()
+	if err != nil {
+		t.Fatalf("kubectl drain: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	pods, err := env.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == env.node.Name() && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			t.Errorf("pod %s still runs on the drained node", p.Name)
+		}
+	}
+	assertNoLeakedLeases(t)
+}
