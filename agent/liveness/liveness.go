@@ -202,6 +202,11 @@ func (r *Renewer) fill(l *coordinationv1.Lease, now time.Time) {
 		l.Labels = map[string]string{}
 	}
 	l.Labels[apiv1.LabelAgentLiveness] = r.cfg.SchedulerName
+	// A liveness lease another source wrote may say otherwise: never the GPU leases' label
+	// (the chart's agent policy refuses a liveness lease carrying it), and held by this node
+	// (the scheduler counts the lease for the node its holderIdentity names, and the policy
+	// refuses any other).
+	delete(l.Labels, apiv1.LabelLeaseNode)
 	l.Spec.HolderIdentity = ptr.To(r.cfg.Node)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(r.cfg.LeaseDuration / time.Second))
 	l.Spec.RenewTime = &metav1.MicroTime{Time: now}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/liveness"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -117,6 +118,32 @@ func TestRenewAdoptsExistingLeaseAndRecoversFromConflict(t *testing.T) {
 	l, _ := kube.CoordinationV1().Leases(ns).Get(ctx, "gpu-n1-agent", metav1.GetOptions{})
 	if !l.Spec.RenewTime.Time.Equal(clk.Now()) || l.Labels[apiv1.LabelAgentLiveness] == "" {
 		t.Errorf("lease not renewed or not labelled: %+v %v", l.Spec, l.Labels)
+	}
+}
+
+// A liveness lease another source wrote for this node, held by another node and carrying the
+// GPU leases' label: the agent's renewal makes it its own (holderIdentity its node, no
+// gpu.scheduling/node label), the only lease the chart's agent policy lets it write.
+func TestRenewTakesBackALeaseWrittenElsewhere(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1e9, 0))
+	old := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "gpu-n1-agent", Namespace: ns,
+		Labels: map[string]string{apiv1.LabelLeaseNode: "n1", apiv1.LabelAgentLiveness: "other"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("n2"), RenewTime: &metav1.MicroTime{Time: clk.Now().Add(time.Hour)}}}
+	kube := fake.NewClientset(old)
+	r := newRenewer(t, "n1", kube, clk, time.Minute)
+	if ok, err := r.Renew(ctx, nil); !ok || err != nil {
+		t.Fatalf("Renew = %v, %v", ok, err)
+	}
+	l, err := kube.CoordinationV1().Leases(ns).Get(ctx, "gpu-n1-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(l.Spec.HolderIdentity, "") != "n1" || l.Labels[apiv1.LabelAgentLiveness] != apiv1.SchedulerName {
+		t.Errorf("lease held by %q labelled %v; want n1 and %s=%s", ptr.Deref(l.Spec.HolderIdentity, ""), l.Labels, apiv1.LabelAgentLiveness, apiv1.SchedulerName)
+	}
+	if _, ok := l.Labels[apiv1.LabelLeaseNode]; ok {
+		t.Errorf("the liveness lease keeps the GPU leases' label %s: %v", apiv1.LabelLeaseNode, l.Labels)
 	}
 }
 
