@@ -180,6 +180,8 @@ func ledgerOf(snap *Snapshot) *ledger {
 			for _, uid := range ref.holders {
 				l.add(uid, ref.node, []int{ref.gpu}, ref.shared, fromLease)
 			}
+		} else if node, id, ok := foreignRef(&snap.Leases[i]); ok {
+			l.add(foreignHolder(snap.Leases[i].Name), node, []int{id}, false, fromLease) // foreign.go
 		}
 	}
 	shared := map[string]bool{}

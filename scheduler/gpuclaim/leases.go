@@ -305,7 +305,13 @@ func (p *Plugin) takeOverStale(ctx context.Context, name string, requester types
 // requester itself from an attempt older than ownLeaseStaleAfter.
 func (p *Plugin) stale(l *coordinationv1.Lease, requester types.UID) bool {
 	ref, ok := parseLease(l)
-	if !ok || len(ref.holders) == 0 {
+	if !ok {
+		// A lease of a GPU lease's name that the scheduler did not make is stale once it has
+		// expired (foreign.go).
+		_, _, foreign := foreignRef(l)
+		return foreign && p.foreignExpired(l)
+	}
+	if len(ref.holders) == 0 {
 		return false
 	}
 	born := l.CreationTimestamp.Time

@@ -114,6 +114,13 @@ func (p *Plugin) collectOrphans(ctx context.Context) {
 	now := p.clock.Now()
 	stale := 0
 	defer func() { metrics.StaleLeases.Set(float64(stale)) }()
+	// Expired leases of GPU lease names that the scheduler did not make (foreign.go): the
+	// unlabelled ones, and the half-labelled ones among the GPU leases.
+	unlabelled, err := p.foreignLister.Leases(*p.args.LeaseNamespace).List(labels.Everything())
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing leases without gpu.scheduling labels")
+	}
+	stale += p.collectForeign(ctx, append(unlabelled, all...))
 	for _, l := range all {
 		ref, ok := parseLease(l)
 		if !ok {

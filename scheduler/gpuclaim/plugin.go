@@ -89,6 +89,10 @@ type Plugin struct {
 	// claimIndexer finds the claims of a gang (gangIndex).
 	claimIndexer cache.Indexer
 	leaseLister  coordinationlisters.LeaseLister
+	// foreignLister sees the leases without the project's labels; foreign holds the GPU leases
+	// among them that the scheduler did not make (foreign.go).
+	foreignLister coordinationlisters.LeaseLister
+	foreign       *foreignLeases
 	// leaseIndexer finds a pod's leases by holder UID without scanning every lease.
 	leaseIndexer cache.Indexer
 
@@ -167,6 +171,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		waiting:      newWaitingPods(),
 		deferred:     newDeferredPods(),
 		createSlots:  make(chan struct{}, parallelLeaseCreates),
+		foreign:      newForeignLeases(),
 	}
 	p.ledger.now = clk.Now
 	p.status = newStatusWriter(p)
@@ -221,8 +226,16 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		return nil, fmt.Errorf("%s: indexing leases: %w", Name, err)
 	}
 	p.leaseIndexer = leases.Informer().GetIndexer()
-	if reg, err = leases.Informer().AddEventHandler(p.leaseHandler()); err != nil {
+	if reg, err = leases.Informer().AddEventHandler(p.leaseHandler(ctx)); err != nil {
 		return nil, fmt.Errorf("%s: watching leases: %w", Name, err)
+	}
+	handlers = append(handlers, reg)
+
+	foreignFactory := newForeignInformerFactory(p.client, *args.LeaseNamespace)
+	foreignLeases := foreignFactory.Coordination().V1().Leases()
+	p.foreignLister = foreignLeases.Lister()
+	if reg, err = foreignLeases.Informer().AddEventHandler(p.foreignHandler(ctx)); err != nil {
+		return nil, fmt.Errorf("%s: watching the leases without gpu.scheduling labels: %w", Name, err)
 	}
 	handlers = append(handlers, reg)
 
@@ -241,6 +254,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	gpuFactory.Start(ctx.Done())
 	leaseFactory.Start(ctx.Done())
 	livenessFactory.Start(ctx.Done())
+	foreignFactory.Start(ctx.Done())
 	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for typ, ok := range gpuFactory.WaitForCacheSync(syncCtx.Done()) {
@@ -248,7 +262,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 			return nil, fmt.Errorf("%s: %v informer did not sync; are the gpu.scheduling CRDs installed and may the scheduler list them?", Name, typ)
 		}
 	}
-	for _, f := range []kubeinformers.SharedInformerFactory{leaseFactory, livenessFactory} {
+	for _, f := range []kubeinformers.SharedInformerFactory{leaseFactory, livenessFactory, foreignFactory} {
 		for typ, ok := range f.WaitForCacheSync(syncCtx.Done()) {
 			if !ok {
 				return nil, fmt.Errorf("%s: %v informer did not sync in namespace %q; may the scheduler list leases there?", Name, typ, *args.LeaseNamespace)
@@ -353,11 +367,15 @@ func (p *Plugin) claimHandler(ctx context.Context) cache.ResourceEventHandler {
 	}
 }
 
-func (p *Plugin) leaseHandler() cache.ResourceEventHandler {
+func (p *Plugin) leaseHandler(ctx context.Context) cache.ResourceEventHandler {
+	logger := klog.FromContext(ctx)
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.observeLease(nil, obj) },
-		UpdateFunc: func(old, obj any) { p.observeLease(old, obj) },
+		AddFunc:    func(obj any) { p.observeLease(logger, nil, obj) },
+		UpdateFunc: func(old, obj any) { p.observeLease(logger, old, obj) },
 		DeleteFunc: func(obj any) {
+			if p.forgetForeign(obj) {
+				return // a half-labelled lease the scheduler did not make (foreign.go)
+			}
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
@@ -380,10 +398,18 @@ func (p *Plugin) leaseHandler() cache.ResourceEventHandler {
 // the pod watch; recording it then would hold the GPUs of a pod already freed by its delete
 // (freeInLedger) until the release queue deletes the lease, and turn away the pods the delete
 // just requeued for them.
-func (p *Plugin) observeLease(old, obj any) {
+func (p *Plugin) observeLease(logger klog.Logger, old, obj any) {
 	l, ok := obj.(*coordinationv1.Lease)
 	if !ok {
 		return
+	}
+	if p.observeForeign(logger, obj) {
+		return // a half-labelled lease the scheduler did not make (foreign.go)
+	}
+	if ol, ok := old.(*coordinationv1.Lease); ok {
+		if _, _, wasForeign := foreignRef(ol); wasForeign {
+			p.forgetForeign(ol)
+		}
 	}
 	ref, ok := parseLease(l)
 	if !ok {

@@ -333,8 +333,9 @@ func TestPreFilterRejections(t *testing.T) {
 func TestPreBindLosesLeaseRace(t *testing.T) {
 	other := "other-pod"
 	heldByOther := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu-a-5", Namespace: "gpu-scheduler"},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &other},
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-a-5", Namespace: "gpu-scheduler",
+			Labels: map[string]string{apiv1.LabelLeaseNode: "a", apiv1.LabelLeaseGPU: "5"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &other},
 	}
 	for _, tc := range []struct {
 		name string
@@ -358,11 +359,18 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 			e := newTestEnv(t, []*v1.Node{node("a", nil)},
 				claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
 			pod := gpuPod("p", "two")
+			if _, err := e.kube.CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// The race: the other lease is made after this scheduler reserved GPU 5.
+			best, st, cs := e.reserve(t, pod)
+			if st != nil {
+				t.Fatal(st)
+			}
 			if tc.seen {
 				held := heldByOther.DeepCopy()
 				if tc.samePod {
 					held.Spec.HolderIdentity = ptrTo(string(pod.UID))
-					held.Labels = map[string]string{apiv1.LabelLeaseNode: "a", apiv1.LabelLeaseGPU: "5"}
 					held.CreationTimestamp = metav1.NewTime(e.p.clock.Now()) // a recent attempt, not a leftover
 				}
 				if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), held, metav1.CreateOptions{}); err != nil {
@@ -383,7 +391,7 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 					return false, nil, nil
 				})
 			}
-			_, st, _ := e.schedule(t, pod)
+			_, st, _ = e.bind(t, pod, best, cs)
 			// An error, so the pod is retried after backoff rather than waiting for an event.
 			if st == nil || st.Code() != fwk.Error || !strings.Contains(st.Message(), tc.want) {
 				t.Fatalf("status %v, want a lost lease race: %s", st, tc.want)
