@@ -20,6 +20,10 @@ func BenchmarkAllocate(b *testing.B) {
 		{"8gpu-two-island/preferIds", seedBox().HeldBy("p", 2).Node(), Request{Count: 2, Policy: PreferIDs, PreferIDs: []int{2, 3}}},
 		{"16gpu-4-islands/4gpu", fourIslands16().HeldBy("p", 0, 5, 10).Node(), Request{Count: 4}},
 		{"16gpu-4-islands/8gpu-cross", fourIslands16().Node(), Request{Count: 8}},
+		// The most a GpuNodeStatus may list (apiv1.MaxGPUsPerNode): the cost of the largest node.
+		{"64gpu-one-island/1gpu", DGX("n", 64, 600).HeldBy("p", 0, 3).Node(), Request{Count: 1}},
+		{"64gpu-one-island/8gpu", DGX("n", 64, 600).HeldBy("p", 0, 3).Node(), Request{Count: 8}},
+		{"64gpu-pairs/spread-8", NVLinkPairs("n", 64, 100).Node(), Request{Count: 8, Policy: Spread}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
