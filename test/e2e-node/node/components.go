@@ -31,6 +31,9 @@ const (
 
 const stopGrace = 20 * time.Second
 
+// serviceCIDR is sim/cluster's Service range, which the pods reach through the bridge's address.
+const serviceCIDR = "10.96.0.0/16"
+
 func mknodChar(path string, major, minor uint32) error {
 	if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(major, minor))); err != nil {
 		return err
@@ -180,7 +183,8 @@ state = %[2]q
 	if err := writeFile(n.files.containerdConfig, []byte(containerdTOML)); err != nil {
 		return err
 	}
-	// The bridge of our own; no ipMasq: pods reach this machine and each other only.
+	// The bridge of our own; no ipMasq and no default route: pods reach this machine, each other
+	// and the Services (kube-proxy's rules on this machine) only.
 	ones, _ := subnet.Mask.Size()
 	cni := map[string]any{
 		"cniVersion": "1.0.0",
@@ -193,6 +197,7 @@ state = %[2]q
 				"ranges": []any{[]any{map[string]any{
 					"subnet": fmt.Sprintf("%s/%d", subnet.IP, ones), "gateway": gw.String(),
 				}}},
+				"routes": []any{map[string]any{"dst": serviceCIDR}},
 			},
 		}},
 	}

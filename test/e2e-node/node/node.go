@@ -184,7 +184,7 @@ func Preflight(cfg Config) error {
 	}
 	var errs []error
 	var bins []string
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kwok", "kubectl", "helm", "kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kwok", "kubectl", "kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr"} {
 		if st, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil || st.Mode()&0o111 == 0 {
 			bins = append(bins, b)
 		}
@@ -249,6 +249,9 @@ func Up(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if err := Preflight(cfg); err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	if st, err := cluster.ReadState(filepath.Join(cfg.StateDir, "cp")); err == nil && st.OwnerAlive() {
+		return nil, fmt.Errorf("node %s is already up (pid %d): run make node-down first", cfg.Name, st.OwnerPID)
 	}
 	if err := checkNoOtherKubelet(); err != nil {
 		return nil, err
