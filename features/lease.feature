@@ -31,6 +31,17 @@ Feature: GPU leases make an allocation atomic across schedulers
     Then 14 of them are bound and 0 stay pending
     And no GPU is held twice
 
+  Scenario: Two schedulers never bind two pods to one claim
+    One claim serves one pod. The two processes divide the pods naming the claim and each
+    reserves it in memory only; the claim's status, written with the resourceVersion read just
+    before the binding, is the lock, and the process that writes second loses its attempt.
+    Given a second gpu-scheduler is running
+    And a GpuClaim "one" for 1 GPU
+    When 8 pods are created with claim "one"
+    Then 1 of them are bound and 7 stay pending
+    And GpuClaim "one" is Bound
+    And no GPU is held twice
+
   Scenario: A lease held by a live pod is never taken over
     Given a second gpu-scheduler is running
     And pod "holder" claims 4 GPUs

@@ -21,6 +21,7 @@ func registerWorkloadSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^pod "([^"]*)" claims (\d+) GPUs?$`, podClaims)
 	sc.Step(`^pod "([^"]*)" claims:$`, podClaimsSpec)
 	sc.Step(`^pod "([^"]*)" is created with claim "([^"]*)"$`, podWithClaim)
+	sc.Step(`^(\d+) pods are created with claim "([^"]*)"$`, podsWithClaim)
 	sc.Step(`^(\d+) (?:more )?pods each claim (\d+) GPUs?$`, batchClaims)
 	sc.Step(`^(\d+) (?:more )?pods each claim (\d+) GPUs? with a Required island$`, batchClaimsIsland)
 	sc.Step(`^pods? ((?:"[^"]*"(?:, | and )?)+) (?:is|are) bound$`, podsBound)
@@ -60,6 +61,20 @@ func podClaimsSpec(ctx context.Context, name string, doc *godog.DocString) error
 func podWithClaim(ctx context.Context, name, claim string) error {
 	st := state(ctx)
 	return st.createPod(ctx, st.newPod(name, claim, podOptions{}))
+}
+
+// podsWithClaim creates n pods that all name one claim, named <claim>-<i>; "them" in later
+// steps means them (with every other batch of the scenario).
+func podsWithClaim(ctx context.Context, n int, claim string) error {
+	st := state(ctx)
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", claim, i)
+		if err := st.createPod(ctx, st.newPod(name, claim, podOptions{})); err != nil {
+			return err
+		}
+		st.batch = append(st.batch, name)
+	}
+	return nil
 }
 
 // batchClaims creates n pods, each with its own claim for gpus GPUs, named job-<batch>-<i>.
