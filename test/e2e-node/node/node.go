@@ -184,7 +184,7 @@ func Preflight(cfg Config) error {
 	}
 	var errs []error
 	var bins []string
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kwok", "kubectl", "kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl", "kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr"} {
 		if st, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil || st.Mode()&0o111 == 0 {
 			bins = append(bins, b)
 		}
@@ -293,6 +293,9 @@ func Up(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Name: cfg.Name, BinDir: cfg.BinDir, WorkDir: filepath.Join(cfg.StateDir, "cp"),
 		RealNode:     &cluster.RealNode{Name: cfg.Name, Address: n.Address},
 		ReadyTimeout: cfg.ReadyTimeout,
+		// A real cluster's kube-scheduler: it places the chart's own pods and every pod that
+		// does not name gpu-scheduler.
+		StockScheduler: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: starting the control plane: %w", cfg.Name, err)
