@@ -536,7 +536,14 @@ func TestSecureDefaults(t *testing.T) {
 		}
 		for _, c := range spec.Containers {
 			sc := c.SecurityContext
-			if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			// The one exception: the agent serves the device plugin (the default mode), whose
+			// socket goes into the kubelet's root-only (0750) directory, so it runs as root,
+			// with nothing else: no privilege, no capability, a read-only root filesystem.
+			nonRoot := sc != nil && sc.RunAsNonRoot != nil && *sc.RunAsNonRoot
+			if o.GetKind() == "DaemonSet" && sc != nil && sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot && sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+				nonRoot = true
+			}
+			if sc == nil || !nonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
 				sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged != nil && *sc.Privileged ||
 				sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 ||
 				sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {

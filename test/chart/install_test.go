@@ -110,10 +110,23 @@ func TestInstall(t *testing.T) {
 	// for the agent DaemonSet, and the RuntimeClass the NVIDIA container toolkit installs.
 	for _, p := range []cluster.NodePool{
 		{Name: "system", Count: 2},
-		{Name: gpuPool, Count: 1, GPUsPerNode: 8, Topology: "two-island", Labels: map[string]string{"nvidia.com/gpu.present": "true"}},
+		// gpu.scheduling/managed=true: the node docs/install.md hands to the release (the
+		// device-plugin mode, the chart's default, runs the agent only there).
+		{Name: gpuPool, Count: 1, GPUsPerNode: 8, Topology: "two-island", Labels: map[string]string{"nvidia.com/gpu.present": "true", "gpu.scheduling/managed": "true"}},
 	} {
 		if err := c.CreateNodePool(ctx, p); err != nil {
 			t.Fatal(err)
+		}
+		if p.Name == gpuPool {
+			// The GPUs as our device plugin registers them with the kubelet: its resource in the
+			// node's capacity. The pool's nvidia.com/gpu stays, as another device plugin's
+			// would: the agent binary below must refuse to serve beside it.
+			for i := range p.Count {
+				patch := []byte(`{"status":{"capacity":{"` + gpuResource + `":"8"},"allocatable":{"` + gpuResource + `":"8"}}}`)
+				if _, err := kubernetes.NewForConfigOrDie(c.RESTConfig()).CoreV1().Nodes().Patch(ctx, cluster.NodeName(p.Name, i), types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 		if err := c.WaitNodesReady(ctx, cluster.PoolSelector(p.Name), p.Count, time.Minute); err != nil {
 			t.Fatal(err)
@@ -468,7 +481,10 @@ func checkAccessReviews(t *testing.T, ctx context.Context, e *installEnv) {
 		{agentSA, "list", coord, "leases", "", "default", "", false},
 		{agentSA, "delete", "", "nodes", "", "", "", false},
 		{agentSA, "get", "", "secrets", "", "kube-system", "", false},
-		{agentSA, "list", "", "pods", "", "", "", false},
+		// The device plugin (the default mode) finds the pod the kubelet admits among its
+		// node's pods; RBAC cannot narrow list to one node's pods.
+		{agentSA, "list", "", "pods", "", "", "", true},
+		{agentSA, "update", "", "pods", "", userNS, "", false},
 		{agentSA, "update", gpu, "gpuclaims", "status", userNS, "", false},
 		// The GpuWorkload controller: workloads, their pods and claims; no claim status, no binding.
 		{controlSA, "watch", gpu, "gpuworkloads", "", "", "", true},
@@ -621,6 +637,7 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		live := func(name string, labels map[string]string) *coordinationv1.Lease {
 			l := lease(name)
 			l.Labels = labels
+			l.Spec.HolderIdentity = ptr.To(e.gpuNode) // what agent/liveness writes
 			return l
 		}
 		liveLabel := map[string]string{apiv1.LabelAgentLiveness: "gpu-scheduler"}
@@ -643,6 +660,35 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		wantDeniedBy(t, "agent cordons its node", err, policy)
 		_, err = gns.Create(ctx, &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: other}, Spec: apiv1.GpuNodeStatusSpec{NodeName: other}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		wantDeniedBy(t, "agent creates another node's GpuNodeStatus", err, policy)
+		// The scheduler files a GpuNodeStatus under spec.nodeName and judges liveness by the
+		// liveness lease's holderIdentity: the agent may not name another node there either.
+		_, err = gns.Create(ctx, &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: e.gpuNode}, Spec: apiv1.GpuNodeStatusSpec{NodeName: other}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantDeniedBy(t, "agent creates its GpuNodeStatus with another node's spec.nodeName", err, policy)
+		mine, err := gns.Get(ctx, e.gpuNode, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine.Spec.NodeName = other
+		_, err = gns.Update(ctx, mine, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantDeniedBy(t, "agent moves its GpuNodeStatus to another node's spec.nodeName", err, policy)
+		foreignHolder := live("gpu-"+e.gpuNode+"-agent", liveLabel)
+		foreignHolder.Spec.HolderIdentity = ptr.To(other)
+		_, err = leases.Create(ctx, foreignHolder, dryCreate)
+		wantDeniedBy(t, "agent creates its liveness lease held by another node", err, policy)
+		if _, err := leases.Create(ctx, live("gpu-"+e.gpuNode+"-agent", liveLabel), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("agent creates its liveness lease: %v", err)
+		}
+		mineLease, err := leases.Get(ctx, "gpu-"+e.gpuNode+"-agent", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mineLease.Spec.HolderIdentity = ptr.To(other)
+		_, err = leases.Update(ctx, mineLease, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantDeniedBy(t, "agent renews its liveness lease as another node", err, policy)
+		// The real agent creates its own lease later in this test.
+		if err := e.kube.CoordinationV1().Leases(releaseNamespace).Delete(ctx, mineLease.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		_, err = kubernetes.NewForConfigOrDie(unboundAgentCfg).CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, patch, dry)
 		wantDeniedBy(t, "agent token bound to no pod labels a node", err, policy)
 	})
@@ -691,8 +737,10 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		if err != nil {
 			t.Fatalf("creating the GPU pod through the webhook: %v", err)
 		}
-		if !hasEnv(created, "CUDA_VISIBLE_DEVICES") {
-			t.Errorf("the mutating webhook did not add CUDA_VISIBLE_DEVICES: %+v", created.Spec.Containers[0].Env)
+		// The device-plugin mode, the chart's default: the webhook asks for the claim's GPUs
+		// as the agents' resource, which the kubelet hands over; no variables.
+		if q := created.Spec.Containers[0].Resources.Limits[gpuResource]; q.Value() != 2 || hasEnv(created, "CUDA_VISIBLE_DEVICES") {
+			t.Errorf("the mutating webhook set %s limit %s and variables %+v; want 2 and no CUDA_VISIBLE_DEVICES", gpuResource, q.String(), created.Spec.Containers[0].Env)
 		}
 		var bound *corev1.Pod
 		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -779,6 +827,22 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		})
 		if err != nil {
 			t.Errorf("gpu-agent did not create its liveness lease: %v\n%s", err, proc.LogTail(30))
+		}
+		// The node's capacity shows nvidia.com/gpu, another GPU device plugin's: the agent
+		// does not serve its own and says so on the Node.
+		var refused string
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			evs, err := e.kube.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + e.gpuNode + ",reason=GPUDevicePluginRefused"})
+			if err != nil || len(evs.Items) == 0 {
+				return false, err
+			}
+			refused = evs.Items[0].Message
+			return true, nil
+		})
+		if err != nil {
+			t.Errorf("gpu-agent left no GPUDevicePluginRefused Event on node %s beside nvidia.com/gpu: %v\n%s", e.gpuNode, err, proc.LogTail(30))
+		} else if !strings.Contains(refused, "nvidia.com/gpu: 8") {
+			t.Errorf("the Event does not name the other plugin's resource: %s", refused)
 		}
 		t.Logf("agent log:\n%s", proc.LogTail(20))
 		if err := proc.Stop(10 * time.Second); err != nil {
@@ -904,6 +968,13 @@ func startAgent(t *testing.T, ctx context.Context, e *installEnv, kubeconfig str
 	args := []string{"--kubeconfig=" + kubeconfig}
 	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
 		a = strings.ReplaceAll(a, "$(NODE_NAME)", e.gpuNode)
+		// The pod's host paths; here directories of the test's own, never this machine's kubelet.
+		if strings.HasPrefix(a, "--device-plugin-dir=") {
+			a = "--device-plugin-dir=" + t.TempDir()
+		}
+		if strings.HasPrefix(a, "--cdi-dir=") {
+			a = "--cdi-dir=" + t.TempDir()
+		}
 		if strings.HasPrefix(a, "--listen-address=") {
 			a = "--listen-address=127.0.0.1:" + strconv.Itoa(port)
 		}
@@ -931,6 +1002,9 @@ func hasEnv(p *corev1.Pod, name string) bool {
 	}
 	return false
 }
+
+// gpuResource is the chart's default devicePlugin.resourceName.
+const gpuResource corev1.ResourceName = "gpu.scheduling/gpu"
 
 func lease(name string) *coordinationv1.Lease {
 	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("test")}}
