@@ -50,6 +50,7 @@ type ClusterReader struct {
 	kube       kubernetes.Interface
 	claims     gpulisters.GpuClaimLister
 	templates  gpulisters.GpuClaimTemplateLister
+	workloads  gpulisters.GpuWorkloadLister
 	namespaces corev1listers.NamespaceLister
 	siblings   []corev1listers.PodLister
 	start      []func(<-chan struct{})
@@ -81,9 +82,9 @@ func newClusterReader(kube kubernetes.Interface, gpus versioned.Interface, o Rea
 	r := &ClusterReader{gpus: gpus, kube: kube}
 	if o.Claims {
 		gf := gpuinformers.NewSharedInformerFactory(gpus, 0)
-		claims, templates := gf.Gpu().V1().GpuClaims(), gf.Gpu().V1().GpuClaimTemplates()
-		r.claims, r.templates = claims.Lister(), templates.Lister()
-		r.synced = append(r.synced, claims.Informer().HasSynced, templates.Informer().HasSynced)
+		claims, templates, workloads := gf.Gpu().V1().GpuClaims(), gf.Gpu().V1().GpuClaimTemplates(), gf.Gpu().V1().GpuWorkloads()
+		r.claims, r.templates, r.workloads = claims.Lister(), templates.Lister(), workloads.Lister()
+		r.synced = append(r.synced, claims.Informer().HasSynced, templates.Informer().HasSynced, workloads.Informer().HasSynced)
 		kf := informers.NewSharedInformerFactory(kube, 0)
 		ns := kf.Core().V1().Namespaces()
 		r.namespaces = ns.Lister()
@@ -129,10 +130,21 @@ func (r *ClusterReader) Count(ctx context.Context, pod *corev1.Pod) (int32, bool
 			func(ctx context.Context) (*gpuv1.GpuClaim, error) {
 				return r.gpus.GpuV1().GpuClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
 			})
-		if err != nil {
+		switch {
+		case err == nil:
+			spec, what = c.Spec, fmt.Sprintf("GpuClaim %s/%s: spec.devices", pod.Namespace, claim)
+		case apierrors.IsNotFound(err):
+			// A GpuWorkload creates each replica's pod first and its claim (named after the pod,
+			// owned by it) right after, so the claim cannot exist yet: count from the workload's
+			// inline claim spec, the one the claim will be made from.
+			gw, werr := r.workloadClaimOf(ctx, pod, claim)
+			if werr != nil {
+				return 0, false, fmt.Errorf("metadata.annotations[%s]: GpuClaim %s/%s: %w", gpuv1.AnnotationClaim, pod.Namespace, claim, werr)
+			}
+			spec, what = *gw.Spec.Claim.Spec, fmt.Sprintf("GpuWorkload %s/%s: spec.claim.spec.devices", pod.Namespace, gw.Name)
+		default:
 			return 0, false, fmt.Errorf("metadata.annotations[%s]: GpuClaim %s/%s: %w", gpuv1.AnnotationClaim, pod.Namespace, claim, err)
 		}
-		spec, what = c.Spec, fmt.Sprintf("GpuClaim %s/%s: spec.devices", pod.Namespace, claim)
 	} else if tmpl, ok := pod.Annotations[gpuv1.AnnotationClaimTemplate]; ok {
 		t, err := cachedOrGet(ctx, func() (*gpuv1.GpuClaimTemplate, error) { return r.templates.GpuClaimTemplates(pod.Namespace).Get(tmpl) },
 			func(ctx context.Context) (*gpuv1.GpuClaimTemplate, error) {
@@ -149,6 +161,28 @@ func (r *ClusterReader) Count(ctx context.Context, pod *corev1.Pod) (int32, bool
 		return 0, false, fmt.Errorf("%s.exclusivity %s is not supported with the device plugin (--resource-name); use Exclusive", what, e)
 	}
 	return spec.Devices.Count, true, nil
+}
+
+// workloadClaimOf returns the GpuWorkload that controls pod when the pod's missing claim is the
+// one that workload makes for it (its inline claim spec, named after the pod); otherwise the
+// claim's NotFound, so that a pod naming a claim that does not exist is still refused.
+func (r *ClusterReader) workloadClaimOf(ctx context.Context, pod *corev1.Pod, claim string) (*gpuv1.GpuWorkload, error) {
+	notFound := apierrors.NewNotFound(gpuv1.Resource("gpuclaims"), claim)
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "GpuWorkload" || ref.APIVersion != gpuv1.SchemeGroupVersion.String() || claim != pod.Name {
+		return nil, notFound
+	}
+	gw, err := cachedOrGet(ctx, func() (*gpuv1.GpuWorkload, error) { return r.workloads.GpuWorkloads(pod.Namespace).Get(ref.Name) },
+		func(ctx context.Context) (*gpuv1.GpuWorkload, error) {
+			return r.gpus.GpuV1().GpuWorkloads(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		})
+	if err != nil {
+		return nil, fmt.Errorf("%w (and its controller GpuWorkload %s: %w)", notFound, ref.Name, err)
+	}
+	if gw.UID != ref.UID || gw.Spec.Claim.Spec == nil {
+		return nil, notFound
+	}
+	return gw, nil
 }
 
 // ForbidsPrivileged reads the namespace's LabelForbidPrivileged.

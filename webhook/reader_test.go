@@ -8,7 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -27,6 +29,7 @@ func TestReaderCount(t *testing.T) {
 		&gpuv1.GpuClaim{ObjectMeta: meta("shared"), Spec: spec(1, gpuv1.Shared)},
 		&gpuv1.GpuClaimTemplate{ObjectMeta: meta("t2"), Spec: gpuv1.GpuClaimTemplateSpec{Spec: spec(2, "")}},
 		&gpuv1.GpuClaimTemplate{ObjectMeta: meta("tshared"), Spec: gpuv1.GpuClaimTemplateSpec{Spec: spec(1, gpuv1.Shared)}},
+		&gpuv1.GpuWorkload{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "gw", UID: "gw-uid"}, Spec: gpuv1.GpuWorkloadSpec{Claim: gpuv1.WorkloadClaim{Spec: &gpuv1.GpuClaimSpec{Devices: gpuv1.DeviceRequest{Count: 2}}}}},
 	)
 	r := newClusterReader(kubefake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{LabelForbidPrivileged: "true"}}}), gpus, ReaderOptions{Claims: true})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -39,6 +42,9 @@ func TestReaderCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := r.Count
+	workload := func(uid string) *metav1.OwnerReference {
+		return &metav1.OwnerReference{APIVersion: gpuv1.SchemeGroupVersion.String(), Kind: "GpuWorkload", Name: "gw", UID: types.UID(uid), Controller: ptr.To(true)}
+	}
 	if forbid, err := r.ForbidsPrivileged(ctx, "ml"); err != nil || !forbid {
 		t.Errorf("ForbidsPrivileged(ml) = %v, %v; want true", forbid, err)
 	}
@@ -48,6 +54,7 @@ func TestReaderCount(t *testing.T) {
 		want        int32
 		wantOK      bool
 		wantErr     string
+		owner       *metav1.OwnerReference
 	}{
 		{name: "no claim", annotations: nil},
 		{name: "claim", annotations: map[string]string{gpuv1.AnnotationClaim: "c4"}, want: 4, wantOK: true},
@@ -57,9 +64,16 @@ func TestReaderCount(t *testing.T) {
 		{name: "shared template", annotations: map[string]string{gpuv1.AnnotationClaimTemplate: "tshared"}, wantErr: "GpuClaimTemplate ml/tshared: spec.spec.devices.exclusivity Shared"},
 		{name: "missing claim", annotations: map[string]string{gpuv1.AnnotationClaim: "nope"}, wantErr: "GpuClaim ml/nope"},
 		{name: "missing template", annotations: map[string]string{gpuv1.AnnotationClaimTemplate: "nope"}, wantErr: "GpuClaimTemplate ml/nope"},
+		// A GpuWorkload makes the claim right after the pod: count from its inline spec.
+		{name: "workload pod before its claim", annotations: map[string]string{gpuv1.AnnotationClaim: "p"}, owner: workload("gw-uid"), want: 2, wantOK: true},
+		{name: "workload pod naming another claim", annotations: map[string]string{gpuv1.AnnotationClaim: "nope"}, owner: workload("gw-uid"), wantErr: "GpuClaim ml/nope"},
+		{name: "pod claiming a workload it is not from", annotations: map[string]string{gpuv1.AnnotationClaim: "p"}, owner: workload("other-uid"), wantErr: "GpuClaim ml/p"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: tc.annotations}}
+			if tc.owner != nil {
+				pod.OwnerReferences = []metav1.OwnerReference{*tc.owner}
+			}
 			n, ok, err := count(context.Background(), pod)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
