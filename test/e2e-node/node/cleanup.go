@@ -153,7 +153,8 @@ func removeNetwork(bridge string) error {
 	var errs []error
 	ports, _ := os.ReadDir(filepath.Join("/sys/class/net", bridge, "brif"))
 	for _, p := range ports {
-		if err := run("ip", "link", "del", p.Name()); err != nil {
+		// A veth goes away by itself once its pod's network namespace is gone.
+		if err := run("ip", "link", "del", p.Name()); err != nil && fileExists(filepath.Join("/sys/class/net", p.Name())) {
 			errs = append(errs, err)
 		}
 	}
