@@ -143,7 +143,7 @@ func TestInstall(t *testing.T) {
 	}
 	t.Logf("helm install:\n%s", out)
 	// NOTES.txt tells the user what to run next.
-	for _, want := range []string{"kind: GpuClaim", "gpu.scheduling/claim: two-gpus", "schedulerName: gpu-scheduler", "kubectl get gclaim -w", "kubectl get gns"} {
+	for _, want := range []string{"kind: GpuClaim", "gpu.scheduling/claim: two-gpus", "schedulerName: gpu-scheduler", "kubectl get gclaim -w", "kubectl get gns", "kubectl label node <gpu-node> gpu.scheduling/managed=true"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("helm install's notes lack %q", want)
 		}
