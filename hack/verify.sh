@@ -23,6 +23,14 @@ fi
 
 CGO_ENABLED=1 go vet ./...
 
+# The image builder is a module of its own (hack/images): ./... above does not reach it.
+if ! tidy=$(go -C hack/images mod tidy -diff 2>&1); then
+	echo "hack/images/go.mod is not tidy: run 'go -C hack/images mod tidy' and commit the result" >&2
+	echo "$tidy" | head -40 >&2
+	exit 1
+fi
+go -C hack/images vet ./...
+
 # The tool build must start on a brand-new machine (empty HOME, no ~/.cache).
 bash hack/test-preflight.sh
 
