@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -75,12 +74,12 @@ func TestChartInstalledAsDocumented(t *testing.T) {
 		events, _ := kubectl(t, "get", "events", "-n", releaseNS, "--sort-by=.lastTimestamp")
 		t.Fatalf("the release is not Ready after 4m: %s\n%s\n%s", strings.Join(notReady, "; "), pods, lastLines(events, 25))
 	}
-	sched, err := env.cs.AppsV1().Deployments(releaseNS).Get(ctx, release+"-scheduler", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("scheduler deployment: %v", err)
+	scheds, err := env.cs.AppsV1().Deployments(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=scheduler"})
+	if err != nil || len(scheds.Items) != 1 {
+		t.Fatalf("the scheduler's deployment: %v (%d found)", err, len(scheds.Items))
 	}
-	if sched.Status.ReadyReplicas != 2 {
-		t.Errorf("scheduler: %d ready replicas, want 2", sched.Status.ReadyReplicas)
+	if n := scheds.Items[0].Status.ReadyReplicas; n != 2 {
+		t.Errorf("scheduler: %d ready replicas, want 2", n)
 	}
 	pods, err := env.cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -125,7 +124,7 @@ func TestWebhookReachedThroughItsService(t *testing.T) {
 		t.Fatalf("creating a claim pod (dry run) through the webhook: %v", err)
 	}
 	c := got.Spec.Containers[0]
-	_, hasGPU := c.Resources.Limits[corev1.ResourceName("nvidia.com/gpu")]
+	_, hasGPU := c.Resources.Limits[gpuResource]
 	hasEnv := false
 	for _, e := range c.Env {
 		hasEnv = hasEnv || e.Name == "CUDA_VISIBLE_DEVICES" || e.Name == "NVIDIA_VISIBLE_DEVICES"

@@ -77,7 +77,7 @@ func TestFiftyConcurrentPodsSeeExactlyTheirGPUs(t *testing.T) {
 	ns := "e2e-fifty"
 	ensureNamespace(t, ns)
 	ctx := context.Background()
-	defer func() { _ = env.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
+	defer deleteNamespace(t, ns)
 	// Sizes 1, 1, 2, 4 repeating: the node holds some at a time and the rest wait for the
 	// earlier ones, which exit after a few seconds.
 	sizes := []int{1, 1, 2, 4}
@@ -186,7 +186,7 @@ func TestKubeletCheckpointAgreesWithTheAnnotations(t *testing.T) {
 	ns := "e2e-checkpoint"
 	ensureNamespace(t, ns)
 	ctx := context.Background()
-	defer func() { _ = env.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
+	defer deleteNamespace(t, ns)
 	for i, size := range []int{1, 2, 4} {
 		name := fmt.Sprintf("k%d", i)
 		createClaim(t, ns, name, size)

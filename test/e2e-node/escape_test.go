@@ -47,7 +47,7 @@ func TestEscapesAreRefusedOrGetNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = env.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
+	defer deleteNamespace(t, ns)
 
 	t.Run("sets NVIDIA_VISIBLE_DEVICES itself", func(t *testing.T) {
 		p := testboxPod("env-all", devScript)

@@ -17,7 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-const gpuResource = corev1.ResourceName("nvidia.com/gpu")
+// gpuResource is the chart's devicePlugin.resourceName: the extended resource the agent's device
+// plugin serves and the webhook adds to claim pods.
+const gpuResource = corev1.ResourceName("gpu.scheduling/gpu")
 
 // devScript prints the GPU device nodes the container has and its visible-devices variables,
 // then stays up for exec.
@@ -104,7 +106,7 @@ func TestTwoGPUPodSeesExactlyItsDevices(t *testing.T) {
 	if _, err := env.cs.CoreV1().Pods(ns).Create(ctx, claimPod(ns, "two", "two"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the claim pod: %v", err)
 	}
-	defer func() { _ = env.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
+	defer deleteNamespace(t, ns)
 	p := waitPod(t, ns, "two", 3*time.Minute, "Running", running)
 	if p.Spec.NodeName != env.node.Name() {
 		t.Fatalf("the pod runs on %q, want the real node %s", p.Spec.NodeName, env.node.Name())
@@ -137,7 +139,7 @@ func TestTwoGPUPodSeesExactlyItsDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^\s+nvidia\.com/gpu\s+2\s+2\s*$`).MatchString(desc[strings.Index(desc, "Allocated resources"):]) {
+	if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(string(gpuResource)) + `\s+2\s+2\s*$`).MatchString(desc[strings.Index(desc, "Allocated resources"):]) {
 		t.Errorf("kubectl describe node does not show 2 %s in use:\n%s", gpuResource, desc[strings.Index(desc, "Allocated resources"):])
 	}
 
@@ -161,10 +163,10 @@ func TestResourceQuotaRefusesTheGPUPodOverIt(t *testing.T) {
 	ns := "e2e-quota"
 	ensureNamespace(t, ns)
 	ctx := context.Background()
-	defer func() { _ = env.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
+	defer deleteNamespace(t, ns)
 	q := &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: ns},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse("2")}},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"requests." + gpuResource: resource.MustParse("2")}},
 	}
 	if _, err := env.cs.CoreV1().ResourceQuotas(ns).Create(ctx, q, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -180,7 +182,7 @@ func TestResourceQuotaRefusesTheGPUPodOverIt(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a third GPU was admitted past a quota of 2")
 	}
-	if !strings.Contains(err.Error(), "exceeded quota") || !strings.Contains(err.Error(), "nvidia.com/gpu") {
+	if !strings.Contains(err.Error(), "exceeded quota") || !strings.Contains(err.Error(), string(gpuResource)) {
 		t.Errorf("refused, but not by the GPU quota: %v", err)
 	}
 }
