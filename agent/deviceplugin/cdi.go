@@ -23,7 +23,7 @@ var controlDevices = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
 func gpuDeviceNode(minor int) string { return "nvidia" + strconv.Itoa(minor) }
 
 // CDISpec builds the CDI spec for gpus: one device per GPU named by its index, carrying its
-// own device node (/dev/nvidia<minor>) and UUID; the control devices are common to all. A
+// own device node (/dev/nvidia<minor>); the control devices are common to all. A
 // runtime that resolves gpu.scheduling/gpu=1 therefore exposes GPU 1's device node and nothing
 // of the other GPUs. A GPU whose minor is unknown is left out (Allocate refuses it too). The
 // spec declares the oldest CDI version that has what it uses, so older runtimes read it.
@@ -38,8 +38,9 @@ func (p *Plugin) CDISpec(gpus []GPU) (*cdispec.Spec, error) {
 			continue
 		}
 		node := gpuDeviceNode(g.Minor)
+		// No environment here: a variable of each device would leave a container of several GPUs
+		// with the last device's value only. Allocate sets NVIDIA_VISIBLE_DEVICES to all of them.
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: deviceID(g.Index), ContainerEdits: cdispec.ContainerEdits{
-			Env:         []string{"NVIDIA_VISIBLE_DEVICES=" + g.UUID},
 			DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/" + node, HostPath: p.cfg.DevRoot + "/" + node}},
 		}})
 	}

@@ -68,7 +68,9 @@ func TestCDISpec(t *testing.T) {
 	if errs := reg.GetErrors(); len(errs) > 0 {
 		t.Fatalf("CDI cache errors: %v", errs)
 	}
-	ociSpec := &oci.Spec{}
+	// The variables of Allocate's response come first; CDI's edits must leave them as they are.
+	const allocated = "NVIDIA_VISIBLE_DEVICES=GPU-b"
+	ociSpec := &oci.Spec{Process: &oci.Process{Env: []string{allocated}}}
 	if unresolved, err := reg.InjectDevices(ociSpec, DefaultCDIKind+"=1"); err != nil {
 		t.Fatalf("resolving %s=1 (unresolved %v): %v", DefaultCDIKind, unresolved, err)
 	}
@@ -80,8 +82,17 @@ func TestCDISpec(t *testing.T) {
 	if want := []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia3", "/dev/nvidiactl"}; !slices.Equal(nodes, want) {
 		t.Fatalf("GPU 1 resolves to device nodes %v, want %v", nodes, want)
 	}
-	if env := strings.Join(ociSpec.Process.Env, " "); env != "NVIDIA_VISIBLE_DEVICES=GPU-b" {
-		t.Fatalf("GPU 1 resolves to environment %q, want only its UUID", env)
+	if env := strings.Join(ociSpec.Process.Env, " "); env != allocated {
+		t.Fatalf("GPU 1 resolves to environment %q, want Allocate's %q untouched", env, allocated)
+	}
+	// Two GPUs: the container must still name both, not the last device's UUID.
+	const both = "NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b"
+	two := &oci.Spec{Process: &oci.Process{Env: []string{both}}}
+	if unresolved, err := reg.InjectDevices(two, DefaultCDIKind+"=0", DefaultCDIKind+"=1"); err != nil {
+		t.Fatalf("resolving GPUs 0 and 1 (unresolved %v): %v", unresolved, err)
+	}
+	if env := strings.Join(two.Process.Env, " "); env != both {
+		t.Fatalf("GPUs 0 and 1 resolve to environment %q, want %q", env, both)
 	}
 
 	if err := os.Remove(path); err != nil {
