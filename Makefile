@@ -41,7 +41,7 @@ unit:
 .PHONY: test
 test: setup verify unit test-chart test-integration test-acceptance test-sim test-dev
 
-## setup: install the system packages the tests need and Go cannot build (Chromium, iptables, conntrack, libseccomp) when missing: as root with apt-get, else one line saying what to install
+## setup: install the system packages the tests and the real node need and Go cannot build (Chromium, runc, CNI plugins, iptables, conntrack) when missing: as root with apt-get, else one line saying what to install
 .PHONY: setup
 setup:
 	bash hack/setup-system.sh

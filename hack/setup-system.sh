@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages that `make test` needs and Go cannot build: Debian's Chromium
-# (the report test renders the HTML report headless) and, for the real-node tests, what a real
-# node runs on (iptables, conntrack, libseccomp for runc). The Makefile runs this before the
+# (the report test renders the HTML report headless) and, for the real node (make node-up,
+# make e2e-node), what it runs on beside the binaries built from the Go module proxy: runc, the
+# standard CNI plugins, iptables and conntrack. The Makefile runs this before the
 # tests, so that README's `make test` passes on a fresh machine exactly as written.
 #
 # As root on Debian/Ubuntu it installs what is missing with apt-get. Otherwise it prints one
@@ -30,10 +31,12 @@ declare -A needs=(
 	[conntrack]=conntrack
 	[ip]=iproute2
 	[mount]=mount
+	[runc]=runc
 )
 # Files (libraries) => package, for what is linked rather than run.
 declare -A files=(
 	[/usr/include/seccomp.h]=libseccomp-dev
+	[/usr/lib/cni/bridge]=containernetworking-plugins
 )
 
 missing=()
