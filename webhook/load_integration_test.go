@@ -5,7 +5,6 @@ package webhook_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,7 +25,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
-	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest/run"
 )
 
 // startCluster starts a control plane with the CRDs installed.
@@ -45,41 +44,6 @@ func startCluster(ctx context.Context, t *testing.T, name string) *rest.Config {
 		t.Fatalf("install CRDs: %v", err)
 	}
 	return c.RESTConfig()
-}
-
-// serveWebhook runs a webhook server with cfg (its certificate filled in) on a loopback port
-// until the test ends, and returns its URL and the CA that signed its certificate.
-func serveWebhook(ctx context.Context, t *testing.T, cfg webhook.Config) (string, []byte) {
-	t.Helper()
-	ca, err := webhooktest.NewCA("gpu-webhook-itest-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := ca.Issue("gpu-webhook", webhooktest.Loopback.IPs, webhooktest.Loopback.DNSNames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.CertFile, cfg.KeyFile, err = pair.Write(t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := webhook.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCtx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(srvCtx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("webhook server: %v", err)
-		}
-	})
-	return "https://" + ln.Addr().String(), ca.PEM
 }
 
 // A Job-sized burst: 100 claim pods created at once through a webhook in the device-plugin mode,
@@ -114,7 +78,7 @@ func TestWebhookBurstOfGPUPods(t *testing.T) {
 	cfg := webhook.DefaultConfig()
 	cfg.EnvMode = webhook.EnvModeNone
 	cfg.Resource = webhook.ResourceConfig{Name: "nvidia.com/gpu", Count: reader.Count, ForbidsPrivileged: reader.ForbidsPrivileged}
-	url, caPEM := serveWebhook(ctx, t, cfg)
+	url, caPEM := run.Webhook(ctx, t, cfg)
 	mwc, _, err := manifests.Render(manifests.Options{Name: "burst", Namespace: "gpu-webhook-system", CABundle: caPEM, URL: url, Scheduler: cfg.Scheduler})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +184,7 @@ func TestTwoReleasesBind(t *testing.T) {
 		cfg := webhook.DefaultConfig()
 		cfg.SchedulerName, cfg.Scheduler = r.own.name, webhook.SchedulerIdentity{Users: []string{r.own.user}}
 		cfg.SiblingSchedulerNames, cfg.SiblingPod = []string{r.sibling.name}, reader.SiblingPod
-		url, caPEM := serveWebhook(ctx, t, cfg)
+		url, caPEM := run.Webhook(ctx, t, cfg)
 		_, vwc, err := manifests.Render(manifests.Options{Name: r.own.name, Namespace: r.own.name, CABundle: caPEM, URL: url,
 			SchedulerName: r.own.name, Scheduler: cfg.Scheduler})
 		if err != nil {

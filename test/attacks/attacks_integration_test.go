@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +28,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
-	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest/run"
 )
 
 const (
@@ -194,38 +193,10 @@ func startWebhook(ctx context.Context, t *testing.T, restCfg *rest.Config) (stri
 	if err := reader.Start(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	ca, err := webhooktest.NewCA("attacks-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := ca.Issue("gpu-webhook", webhooktest.Loopback.IPs, webhooktest.Loopback.DNSNames)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := webhook.DefaultConfig()
-	if cfg.CertFile, cfg.KeyFile, err = pair.Write(t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
 	cfg.EnvMode = webhook.EnvModeNone
 	cfg.Resource = webhook.ResourceConfig{Name: resourceName, Count: reader.Count, ForbidsPrivileged: reader.ForbidsPrivileged}
-	srv, err := webhook.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCtx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(srvCtx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("webhook server: %v", err)
-		}
-	})
-	return "https://" + ln.Addr().String(), ca.PEM
+	return run.Webhook(ctx, t, cfg)
 }
 
 // register installs the webhook configurations and the pod policy as the chart renders them
