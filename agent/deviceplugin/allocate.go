@@ -14,7 +14,10 @@ import (
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
-// GetPreferredAllocation proposes the scheduler's IDs of the pod being prepared.
+// GetPreferredAllocation proposes the scheduler's IDs of the pod being prepared. The kubelet
+// may ask before this agent's informer has delivered the pod bound (the two watches are
+// separate): with no opinion the kubelet picks GPUs of its own, which Allocate must refuse, so a
+// request no pod can be proposed for is looked at again for up to UnallocatedWait.
 func (s *server) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	p := s.p
 	p.allocMu.Lock()
@@ -23,24 +26,43 @@ func (s *server) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 	for _, creq := range req.ContainerRequests {
 		sizes = append(sizes, int(creq.AllocationSize))
 	}
+	deadline := time.Now().Add(p.cfg.UnallocatedWait)
+	for {
+		resp, complete, err := p.propose(ctx, req, sizes)
+		if err != nil || complete || !time.Now().Before(deadline) {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return resp, nil
+		case <-time.After(unallocatedPoll):
+		}
+	}
+}
+
+// propose answers req from the pods bound here now; complete is false when some container
+// request has no pod to propose.
+func (p *Plugin) propose(ctx context.Context, req *pluginapi.PreferredAllocationRequest, sizes []int) (*pluginapi.PreferredAllocationResponse, bool, error) {
 	cands, err := p.settled(ctx, sizes)
 	if err != nil {
-		return nil, fmt.Errorf("preferred allocation: %w", err)
+		return nil, false, fmt.Errorf("preferred allocation: %w", err)
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
+	complete := true
 	for _, creq := range req.ContainerRequests {
 		available, err := parseDeviceIDs(creq.AvailableDeviceIDs)
 		if err != nil {
-			return nil, fmt.Errorf("preferred allocation on node %q: %w", p.cfg.NodeName, err)
+			return nil, false, fmt.Errorf("preferred allocation on node %q: %w", p.cfg.NodeName, err)
 		}
 		must, err := parseDeviceIDs(creq.MustIncludeDeviceIDs)
 		if err != nil {
-			return nil, fmt.Errorf("preferred allocation on node %q: %w", p.cfg.NodeName, err)
+			return nil, false, fmt.Errorf("preferred allocation on node %q: %w", p.cfg.NodeName, err)
 		}
 		c := p.preferred(cands, available, must, int(creq.AllocationSize))
 		if c == nil {
 			// No opinion: Allocate refuses whatever the kubelet picks unless it is exactly a
 			// pod's allocation, with an error naming the request.
+			complete = false
 			resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{})
 			continue
 		}
@@ -51,7 +73,7 @@ func (s *server) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 		klog.FromContext(ctx).V(4).Info("Proposing the scheduler's GPUs", "pod", klog.KObj(c.pod), "ids", ids)
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
-	return resp, nil
+	return resp, complete, nil
 }
 
 // Allocate hands each container the GPUs of the one pod whose allocation is exactly the

@@ -735,3 +735,29 @@ func TestUnnamableGPUNotAdvertised(t *testing.T) {
 		t.Fatalf("the kubelet counts GPU %d", extra.Index)
 	}
 }
+
+// TestPodSeenLateByTheAgent admits a pod the agent's informer has not delivered yet: the
+// kubelet's watch and the agent's are separate, and on a real node the kubelet asked for its
+// preferred allocation before the agent saw the pod bound, got no opinion, picked GPUs of its
+// own and the pod was refused. The plugin must wait for the pod rather than have no opinion.
+func TestPodSeenLateByTheAgent(t *testing.T) {
+	n := newNode(t)
+	// The kubelet's own pick, with no opinion, is not these in general; 20 rounds make a
+	// lucky pass of the old code unlikely.
+	for i := range 20 {
+		want := []int{i % len(n.gpus), (i + 3) % len(n.gpus)}
+		slices.Sort(want)
+		pod := n.bind(2, want, time.Now())
+		if err := n.pods.Delete(pod); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			if err := n.pods.Add(pod); err != nil {
+				t.Error(err)
+			}
+		}()
+		n.mustGet(pod, want)
+		n.finish(pod)
+	}
+}

@@ -19,11 +19,11 @@ import (
 
 // helmInstallArgs is docs/install.md's command with the values it gives for a node without
 // GPUs ("Try the chart on a real node"): the agent reports a simulated server over the node's
-// fake device nodes, and the device plugin hands them out. More --set flags come from
+// fake device nodes, and the device plugin (the chart's default mode) hands them out. More --set flags come from
 // E2E_NODE_HELM_ARGS (space-separated), so that a documented change is tried without a rebuild.
 func helmInstallArgs() []string {
 	args := []string{"install", release, "charts/gpu-scheduler", "--namespace", releaseNS, "--create-namespace",
-		"--set", "devicePlugin.enabled=true", "--set", "agent.nvml.mode=hostPath", "--set", "agent.extraArgs={--mock-topology=dgx-h100}"}
+		"--set", "agent.nvml.mode=hostPath", "--set", "agent.extraArgs={--mock-topology=dgx-h100}"}
 	if extra := strings.Fields(os.Getenv("E2E_NODE_HELM_ARGS")); len(extra) > 0 {
 		args = append(args, extra...)
 	}
