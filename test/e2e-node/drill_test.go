@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -95,9 +96,15 @@ func TestDrillKubeletRestart(t *testing.T) {
 	ns := "e2e-drill-kubelet"
 	defer deleteNamespace(t, ns)
 	startGPUPods(t, ns, 2, 2)
+	restarted := time.Now()
 	if err := env.node.RestartKubelet(context.Background()); err != nil {
 		t.Fatalf("restarting the kubelet: %v", err)
 	}
+	// Until the agent's plugin registers again the restarted kubelet holds the resource as
+	// unhealthy and refuses any pod asking for it (UnexpectedAdmissionError, "no healthy
+	// devices present"); the drill is about the running pods' allocations, so the new pod comes
+	// once the kubelet counts the GPUs again.
+	waitAllocatable(t, restarted, 8, time.Minute)
 	createClaim(t, ns, "g2", 4)
 	if _, err := env.cs.CoreV1().Pods(ns).Create(context.Background(), claimPod(ns, "g2", "g2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -178,4 +185,29 @@ func TestDrillDrainNode(t *testing.T) {
 		}
 	}
 	assertNoLeakedLeases(t)
+}
+
+// waitAllocatable waits until the real node's allocatable GPU resource is want in a status the
+// kubelet posted after since (the status before a restart still shows the old count), logging
+// how long that took.
+func waitAllocatable(t *testing.T, since time.Time, want int64, timeout time.Duration) {
+	t.Helper()
+	began := time.Now()
+	var got resource.Quantity
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		n, err := env.cs.CoreV1().Nodes().Get(ctx, env.node.Name(), metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		got = n.Status.Allocatable[gpuResource]
+		fresh := false
+		for _, c := range n.Status.Conditions {
+			fresh = fresh || (c.Type == corev1.NodeReady && c.LastHeartbeatTime.After(since))
+		}
+		return fresh && got.Value() == want, nil
+	})
+	if err != nil {
+		t.Fatalf("the node's allocatable %s is %s after %s, want %d", gpuResource, got.String(), timeout, want)
+	}
+	t.Logf("allocatable %s back to %d after %s", gpuResource, want, time.Since(began).Round(100*time.Millisecond))
 }
