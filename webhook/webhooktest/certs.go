@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -54,6 +53,11 @@ type ServingPair struct {
 // Issue signs a serving certificate for the given IPs and DNS names (the apiserver checks
 // subject alternative names only), valid for a day.
 func (ca *CA) Issue(commonName string, ips []net.IP, dnsNames []string) (*ServingPair, error) {
+	return ca.sign(commonName, x509.ExtKeyUsageServerAuth, ips, dnsNames)
+}
+
+// sign signs a certificate of one extended key usage for commonName, valid for a day.
+func (ca *CA) sign(commonName string, usage x509.ExtKeyUsage, ips []net.IP, dnsNames []string) (*ServingPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate key for %q: %w", commonName, err)
@@ -69,21 +73,21 @@ func (ca *CA) Issue(commonName string, ips []net.IP, dnsNames []string) (*Servin
 		NotBefore:    now.Add(-time.Minute),
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		IPAddresses:  ips,
 		DNSNames:     dnsNames,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
-		return nil, fmt.Errorf("sign serving certificate %q: %w", commonName, err)
+		return nil, fmt.Errorf("sign certificate %q: %w", commonName, err)
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, fmt.Errorf("parse serving certificate %q: %w", commonName, err)
+		return nil, fmt.Errorf("parse certificate %q: %w", commonName, err)
 	}
 	certPEM, err := cert.EncodeCertificates(leaf)
 	if err != nil {
-		return nil, fmt.Errorf("encode serving certificate %q: %w", commonName, err)
+		return nil, fmt.Errorf("encode certificate %q: %w", commonName, err)
 	}
 	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
 	if err != nil {
@@ -121,30 +125,5 @@ var Loopback = struct {
 // IssueClient signs a client certificate for commonName (the kube-apiserver's, calling the
 // webhook), valid for a day.
 func (ca *CA) IssueClient(commonName string) (*ServingPair, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate key for %q: %w", commonName, err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, fmt.Errorf("serial for %q: %w", commonName, err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: commonName},
-		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
-	if err != nil {
-		return nil, fmt.Errorf("sign client certificate %q: %w", commonName, err)
-	}
-	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
-	if err != nil {
-		return nil, fmt.Errorf("encode key of %q: %w", commonName, err)
-	}
-	return &ServingPair{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), KeyPEM: keyPEM}, nil
+	return ca.sign(commonName, x509.ExtKeyUsageClientAuth, nil, nil)
 }
