@@ -44,6 +44,11 @@ type Args struct {
 	// tier first. When all of them fail another plugin's filter, the pod's next attempt is
 	// offered every node. 0: no cap. Default 100 (DefaultMaxCandidateNodes).
 	MaxCandidateNodes *int32 `json:"maxCandidateNodes,omitempty"`
+	// DeviceResourceName is the extended resource the agents' device plugin serves (the chart's
+	// devicePlugin.resourceName). When set, pods asking for the same number of it are bound to
+	// a node one at a time, each once the kubelet has admitted the one before (admitgate.go).
+	// Empty: the device plugin is not in use.
+	DeviceResourceName *string `json:"deviceResourceName,omitempty"`
 }
 
 // ArgsKind is the kind of the plugin's args.
@@ -102,6 +107,11 @@ func ValidateArgs(path *field.Path, a *Args) error {
 	// The framework caps a Permit wait at 15 minutes.
 	if a.GangWaitSeconds == nil || *a.GangWaitSeconds < 1 || *a.GangWaitSeconds > 900 {
 		errs = append(errs, field.Invalid(path.Child("gangWaitSeconds"), ptr.Deref(a.GangWaitSeconds, 0), "must be between 1 and 900"))
+	}
+	if r := ptr.Deref(a.DeviceResourceName, ""); r != "" {
+		for _, m := range validation.IsQualifiedName(r) {
+			errs = append(errs, field.Invalid(path.Child("deviceResourceName"), r, m))
+		}
 	}
 	if a.MaxCandidateNodes == nil || *a.MaxCandidateNodes < 0 {
 		errs = append(errs, field.Invalid(path.Child("maxCandidateNodes"), ptr.Deref(a.MaxCandidateNodes, -1), "must not be negative (0: no cap)"))

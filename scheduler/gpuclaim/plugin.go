@@ -33,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
@@ -114,6 +115,8 @@ type Plugin struct {
 	peers     *peers.Membership
 	joinPeers func()
 	deferred  *deferredPods
+	// admit binds pods of one GPU count to a node one at a time (admitgate.go); nil: off.
+	admit *admitGate
 	// createSlots bounds the GPU lease creates made in parallel (leases.go).
 	createSlots chan struct{}
 
@@ -172,6 +175,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		deferred:     newDeferredPods(),
 		createSlots:  make(chan struct{}, parallelLeaseCreates),
 		foreign:      newForeignLeases(),
+		admit:        newAdmitGate(ptr.Deref(args.DeviceResourceName, "")),
 	}
 	p.ledger.now = clk.Now
 	p.status = newStatusWriter(p)
@@ -460,6 +464,7 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 		p.podGone(pod)
 		return
 	}
+	p.admit.observe(pod)
 	if pod.Spec.NodeName != "" {
 		p.deferred.remove(pod.UID)
 	}
@@ -488,6 +493,7 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 // through the lifecycle queue.
 func (p *Plugin) podGone(pod *v1.Pod) {
 	p.pods.gone(pod.UID)
+	p.admit.forget(pod.UID)
 	p.relaxed.forget(pod.UID)
 	p.waiting.remove(pod.UID)
 	p.deferred.remove(pod.UID)

@@ -38,6 +38,16 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if s.node != nodeName || len(s.ids) == 0 {
 		return fwk.AsStatus(fmt.Errorf("pod %s/%s: no GPUs reserved on node %s", pod.Namespace, pod.Name, nodeName))
 	}
+	// With the device plugin, a pod of the same GPU count as one the kubelet has not yet
+	// admitted waits for it (admitgate.go), its GPUs held in the ledger meanwhile.
+	if p.admit != nil {
+		began := p.clock.Now()
+		if err := p.admit.acquire(ctx, pod, nodeName); err != nil {
+			metrics.Placement(metrics.ResultError, metrics.ReasonAdmitWait)
+			return fwk.AsStatus(err)
+		}
+		metrics.AdmitWait.Observe(p.clock.Since(began).Seconds())
+	}
 	// A pod placed with its template's claim has the claim made here (template.go), beside
 	// the leases rather than before them: the binding then waits for one round-trip fewer.
 	// The claim is checked before the leases count: if it cannot be made, the attempt fails,

@@ -58,6 +58,7 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		}
 	}
 	s.leases = nil
+	p.admit.forget(pod.UID)
 	if s.claimTaken {
 		if err := p.giveBackClaim(ctx, s.claim, pod); err != nil {
 			logger.Error(err, "Giving back the claim after a failed attempt; the pod's next attempt or its release resets it", "pod", klog.KObj(pod), "claim", s.key)

@@ -35,6 +35,15 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 14),
 		StabilityLevel: metrics.ALPHA,
 	})
+	// AdmitWait is how long PreBind waited for the kubelet to admit the pod before it of the
+	// same GPU count on the node (device-plugin mode only).
+	AdmitWait = metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem:      subsystem,
+		Name:           "admit_wait_duration_seconds",
+		Help:           "Time a pod waited in PreBind for its node's kubelet to admit the pod bound before it with the same GPU count (device-plugin mode).",
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 18),
+		StabilityLevel: metrics.ALPHA,
+	})
 	// MultiGPUAllocations and IslandLocalAllocations give the island-local ratio.
 	MultiGPUAllocations = metrics.NewCounter(&metrics.CounterOpts{
 		Subsystem:      subsystem,
@@ -119,6 +128,9 @@ const (
 	ReasonFiltered      = "filtered"
 	ReasonLeaseConflict = "lease_conflict"
 	ReasonAPI           = "api_error"
+	// ReasonAdmitWait: the node's kubelet did not admit the pod before it of the same GPU
+	// count in time (device-plugin mode binds those one at a time).
+	ReasonAdmitWait = "admit_wait"
 )
 
 // reasons are the label pairs placements_total starts with at 0, so that rates and alerts
@@ -129,7 +141,7 @@ var reasons = [][2]string{
 	{ResultUnschedulable, ReasonInvalidClaim}, {ResultUnschedulable, ReasonClaimInUse},
 	{ResultUnschedulable, ReasonGangIncomplete}, {ResultUnschedulable, ReasonNoFit},
 	{ResultUnschedulable, ReasonFiltered},
-	{ResultError, ReasonLeaseConflict}, {ResultError, ReasonAPI},
+	{ResultError, ReasonLeaseConflict}, {ResultError, ReasonAPI}, {ResultError, ReasonAdmitWait},
 }
 
 // GPUCount is one gauge sample of gpu_scheduler_gpus.
@@ -242,7 +254,7 @@ var once sync.Once
 // Register registers the metrics with the legacy registry the scheduler serves on /metrics.
 func Register() {
 	once.Do(func() {
-		legacyregistry.MustRegister(Allocations, LeaseConflicts, AllocationLatency, MultiGPUAllocations, IslandLocalAllocations, LeasesReleased,
+		legacyregistry.MustRegister(Allocations, LeaseConflicts, AllocationLatency, AdmitWait, MultiGPUAllocations, IslandLocalAllocations, LeasesReleased,
 			Placements, AllocationDuration, GangWait, StaleLeases)
 		legacyregistry.CustomMustRegister(&fleetCollector{})
 		for _, r := range reasons {
