@@ -19,6 +19,7 @@ import (
 type Stage struct {
 	Count int64         `json:"count"`
 	Mean  time.Duration `json:"mean"`
+	P50   time.Duration `json:"p50"`
 	P99   time.Duration `json:"p99"`
 	// P99Above is set when the 99th percentile lies beyond the highest finite bucket: P99 is
 	// then that bucket's bound, and the true value larger (PreBind's buckets end at 204.8 ms).
@@ -41,6 +42,19 @@ type Stages struct {
 	// leases in PreBind, DRA writes the ResourceClaim's allocation there, and all bind in Bind.
 	PreBind *Stage `json:"preBind,omitempty"`
 	Bind    *Stage `json:"bind,omitempty"`
+	// Reserve and Permit are the scheduling cycle's last steps (successful runs); gpu-scheduler
+	// holds a gang's pods in Permit.
+	Reserve *Stage `json:"reserve,omitempty"`
+	Permit  *Stage `json:"permit,omitempty"`
+	// LeaseAcquire is gpu-scheduler's own histogram of its GPU lease creates within PreBind
+	// (gpu_scheduler_lease_acquire_duration_seconds); nil for the stock scheduler.
+	LeaseAcquire *Stage `json:"leaseAcquire,omitempty"`
+	// RateLimiter is the wait of the scheduler's API requests for its clients' rate limiters
+	// (rest_client_rate_limiter_duration_seconds, every client of the process).
+	RateLimiter *Stage `json:"rateLimiter,omitempty"`
+	// Requests are the scheduler's API requests as it timed them, by verb
+	// (rest_client_request_duration_seconds): the API server's latency and the way there.
+	Requests map[string]*Stage `json:"requests,omitempty"`
 }
 
 // ParseStages reads Stages from a kube-scheduler /metrics page in the Prometheus text format.
@@ -52,11 +66,40 @@ func ParseStages(in io.Reader) (Stages, error) {
 		return Stages{}, fmt.Errorf("parsing the scheduler's metrics: %w", err)
 	}
 	return Stages{
-		Queued:    stageOf(fams["scheduler_pod_scheduling_sli_duration_seconds"], nil),
-		Algorithm: stageOf(fams["scheduler_scheduling_algorithm_duration_seconds"], nil),
-		PreBind:   stageOf(fams["scheduler_framework_extension_point_duration_seconds"], map[string]string{"extension_point": "PreBind", "status": "Success"}),
-		Bind:      stageOf(fams["scheduler_framework_extension_point_duration_seconds"], map[string]string{"extension_point": "Bind", "status": "Success"}),
+		Queued:       stageOf(fams["scheduler_pod_scheduling_sli_duration_seconds"], nil),
+		Algorithm:    stageOf(fams["scheduler_scheduling_algorithm_duration_seconds"], nil),
+		PreBind:      stageOf(fams["scheduler_framework_extension_point_duration_seconds"], map[string]string{"extension_point": "PreBind", "status": "Success"}),
+		Bind:         stageOf(fams["scheduler_framework_extension_point_duration_seconds"], map[string]string{"extension_point": "Bind", "status": "Success"}),
+		Reserve:      stageOf(fams["scheduler_framework_extension_point_duration_seconds"], map[string]string{"extension_point": "Reserve", "status": "Success"}),
+		Permit:       stageOf(fams["scheduler_framework_extension_point_duration_seconds"], map[string]string{"extension_point": "Permit", "status": "Success"}),
+		LeaseAcquire: stageOf(fams["gpu_scheduler_lease_acquire_duration_seconds"], nil),
+		RateLimiter:  stageOf(fams["rest_client_rate_limiter_duration_seconds"], nil),
+		Requests:     stagesBy(fams["rest_client_request_duration_seconds"], "verb"),
 	}, nil
+}
+
+// stagesBy is stageOf for each value of label in fam; nil when fam has no observation.
+func stagesBy(fam *dto.MetricFamily, label string) map[string]*Stage {
+	if fam == nil {
+		return nil
+	}
+	var out map[string]*Stage
+	seen := map[string]bool{}
+	for _, m := range fam.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() != label || seen[l.GetValue()] {
+				continue
+			}
+			seen[l.GetValue()] = true
+			if st := stageOf(fam, map[string]string{label: l.GetValue()}); st != nil {
+				if out == nil {
+					out = map[string]*Stage{}
+				}
+				out[l.GetValue()] = st
+			}
+		}
+	}
+	return out
 }
 
 // stageOf merges the histograms of fam whose labels include match (every profile, every
@@ -83,9 +126,11 @@ func stageOf(fam *dto.MetricFamily, match map[string]string) *Stage {
 		return nil
 	}
 	q, above := quantile(0.99, buckets, count)
+	q50, _ := quantile(0.5, buckets, count)
 	return &Stage{
 		Count:    int64(count),
 		Mean:     seconds(sum / float64(count)),
+		P50:      seconds(q50),
 		P99:      seconds(q),
 		P99Above: above,
 	}

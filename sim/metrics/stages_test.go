@@ -36,6 +36,18 @@ scheduler_scheduling_algorithm_duration_seconds_bucket{le="0.002"} 100
 scheduler_scheduling_algorithm_duration_seconds_bucket{le="+Inf"} 100
 scheduler_scheduling_algorithm_duration_seconds_sum 0.1
 scheduler_scheduling_algorithm_duration_seconds_count 100
+# HELP rest_client_request_duration_seconds Request latency in seconds. Broken down by verb, and host.
+# TYPE rest_client_request_duration_seconds histogram
+rest_client_request_duration_seconds_bucket{host="127.0.0.1:6443",verb="POST",le="0.005"} 40
+rest_client_request_duration_seconds_bucket{host="127.0.0.1:6443",verb="POST",le="0.01"} 100
+rest_client_request_duration_seconds_bucket{host="127.0.0.1:6443",verb="POST",le="+Inf"} 100
+rest_client_request_duration_seconds_sum{host="127.0.0.1:6443",verb="POST"} 0.6
+rest_client_request_duration_seconds_count{host="127.0.0.1:6443",verb="POST"} 100
+rest_client_request_duration_seconds_bucket{host="127.0.0.1:6443",verb="GET",le="0.005"} 10
+rest_client_request_duration_seconds_bucket{host="127.0.0.1:6443",verb="GET",le="0.01"} 10
+rest_client_request_duration_seconds_bucket{host="127.0.0.1:6443",verb="GET",le="+Inf"} 10
+rest_client_request_duration_seconds_sum{host="127.0.0.1:6443",verb="GET"} 0.01
+rest_client_request_duration_seconds_count{host="127.0.0.1:6443",verb="GET"} 10
 `
 
 func TestParseStages(t *testing.T) {
@@ -57,6 +69,17 @@ func TestParseStages(t *testing.T) {
 	}
 	if got.Queued != nil {
 		t.Errorf("Queued %+v from a page without the series", got.Queued)
+	}
+	// Algorithm's p50: rank 50 is the whole first bucket, (0, 1ms].
+	if a := got.Algorithm; a == nil || a.P50 != time.Millisecond {
+		t.Errorf("Algorithm %+v, want p50 1ms", a)
+	}
+	// POST: rank 50 of 100 lies in (5ms, 10ms] holding 60: 5ms + 5ms*10/60.
+	if post := got.Requests["POST"]; post == nil || post.Count != 100 || post.Mean != 6*time.Millisecond || post.P50.Round(time.Microsecond) != 5833*time.Microsecond {
+		t.Errorf("Requests[POST] %+v, want 100 observations, mean 6ms, p50 5.833ms", post)
+	}
+	if get := got.Requests["GET"]; get == nil || get.Count != 10 || len(got.Requests) != 2 {
+		t.Errorf("Requests %v, want POST and GET, GET with 10 observations", got.Requests)
 	}
 	if _, err := ParseStages(strings.NewReader("scheduler_x{ 1\n")); err == nil {
 		t.Error("a page that does not parse gave no error")

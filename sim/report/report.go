@@ -240,12 +240,15 @@ func freeFitWaits(w metrics.WaitFigures) string {
 	return fmt.Sprintf("%d (longest %s: %s after a fit came free, free %s of it)", w.WithFreeFit, top.Pod, dur(top.Avoidable), dur(top.FitFree))
 }
 
-// stage is one of the scheduler's stages as "mean / p99", or "-" where the run has none.
+// stage is one of the scheduler's stages as "p50 / p99 (mean m)", or "-" where the run has none.
 func stage(x *runner.RunResult, pick func(*metrics.Stages) *metrics.Stage) string {
 	if x.SchedulerStages == nil {
 		return "-"
 	}
-	st := pick(x.SchedulerStages)
+	return stageText(pick(x.SchedulerStages))
+}
+
+func stageText(st *metrics.Stage) string {
 	if st == nil {
 		return "-"
 	}
@@ -253,8 +256,21 @@ func stage(x *runner.RunResult, pick func(*metrics.Stages) *metrics.Stage) strin
 	if st.P99Above {
 		p99 = "> " + p99
 	}
-	return dur(st.Mean) + " / " + p99
+	return dur(st.P50) + " / " + p99 + " (mean " + dur(st.Mean) + ")"
 }
+
+// span is one stage of a run's waterfall as "p50 / p99 (mean m)", or "-" where the run has none.
+func span(x *runner.RunResult, name string) string {
+	for _, sp := range x.Waterfall {
+		if sp.Name == name {
+			return dur(sp.P50) + " / " + dur(sp.P99) + " (mean " + dur(sp.Mean) + ")"
+		}
+	}
+	return "-"
+}
+
+// requestVerbs are the API verbs whose client-side latency the table shows.
+var requestVerbs = []string{"POST", "PUT", "PATCH", "GET"}
 
 func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
 
@@ -305,7 +321,14 @@ func (r *Report) rows() [][]string {
 		{"latency p99 of pods that never waited for capacity", func(x *runner.RunResult) string {
 			return dur(x.Metrics.Waits.LatencyP99NoCapacityWait)
 		}},
-		{"in the scheduler, mean / p99: queue entry to bound", func(x *runner.RunResult) string {
+		{"waterfall, p50 / p99 (mean), from each pod's timeline: " + metrics.SpanCreate, func(x *runner.RunResult) string { return span(x, metrics.SpanCreate) }},
+		{"  " + metrics.SpanSchedule, func(x *runner.RunResult) string { return span(x, metrics.SpanSchedule) }},
+		{"  " + metrics.SpanLeases, func(x *runner.RunResult) string { return span(x, metrics.SpanLeases) }},
+		{"  " + metrics.SpanClaim, func(x *runner.RunResult) string { return span(x, metrics.SpanClaim) }},
+		{"  " + metrics.SpanBind, func(x *runner.RunResult) string { return span(x, metrics.SpanBind) }},
+		{"  " + metrics.SpanToBound + " (no steps seen: the stock scheduler)", func(x *runner.RunResult) string { return span(x, metrics.SpanToBound) }},
+		{"  " + metrics.SpanTotal, func(x *runner.RunResult) string { return span(x, metrics.SpanTotal) }},
+		{"in the scheduler, p50 / p99 (mean): queue entry to bound", func(x *runner.RunResult) string {
 			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.Queued })
 		}},
 		{"  scheduling algorithm (Filter, Score)", func(x *runner.RunResult) string {
@@ -314,8 +337,20 @@ func (r *Report) rows() [][]string {
 		{"  PreBind (ours: the GPU leases; DRA: the claim's allocation)", func(x *runner.RunResult) string {
 			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.PreBind })
 		}},
+		{"  Reserve", func(x *runner.RunResult) string {
+			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.Reserve })
+		}},
+		{"  Permit", func(x *runner.RunResult) string {
+			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.Permit })
+		}},
+		{"    of PreBind: the GPU lease creates", func(x *runner.RunResult) string {
+			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.LeaseAcquire })
+		}},
 		{"  Bind", func(x *runner.RunResult) string {
 			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.Bind })
+		}},
+		{"  API client rate-limiter wait, per request", func(x *runner.RunResult) string {
+			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.RateLimiter })
 		}},
 		{"contiguous multi-GPU pods", func(x *runner.RunResult) string { return pct(x.Metrics.ContiguityRatio) }},
 		{"island-local / contiguous had stock got the lowest free IDs", func(x *runner.RunResult) string {
@@ -356,6 +391,29 @@ func (r *Report) rows() [][]string {
 		{"setup / workload / teardown", func(x *runner.RunResult) string {
 			return dur(x.Setup) + " / " + dur(x.Workload) + " / " + dur(x.Teardown)
 		}},
+	}
+	// The scheduler's API requests by verb, as its clients timed them, after the rate limiter.
+	for i, it := range items {
+		if !strings.HasPrefix(it.label, "  API client rate-limiter wait") {
+			continue
+		}
+		var verbs []struct {
+			label string
+			f     f
+		}
+		for _, verb := range requestVerbs {
+			verbs = append(verbs, struct {
+				label string
+				f     f
+			}{"  API request " + verb + ", as the scheduler timed it", func(x *runner.RunResult) string {
+				if x.SchedulerStages == nil {
+					return "-"
+				}
+				return stageText(x.SchedulerStages.Requests[verb])
+			}})
+		}
+		items = slices.Insert(items, i+1, verbs...)
+		break
 	}
 	if r.hasControllers() {
 		items = append(items, []struct {

@@ -147,9 +147,13 @@ func TestTableWaits(t *testing.T) {
 		LatencyP99NoCapacityWait: 15 * time.Millisecond,
 		Avoidable:                []metrics.Wait{{Pod: "pod-332", Avoidable: 1200 * time.Millisecond, FitFree: 400 * time.Millisecond}}}
 	stock.Metrics.Waits.LatencyP99NoCapacityWait = 12 * time.Millisecond
-	ours.SchedulerStages = &metrics.Stages{PreBind: &metrics.Stage{Count: 9, Mean: 4 * time.Millisecond, P99: 25 * time.Millisecond}, Bind: &metrics.Stage{Count: 9, Mean: 3 * time.Millisecond, P99: 6 * time.Millisecond},
-		Queued: &metrics.Stage{Count: 9, Mean: 2 * time.Second, P99: 204800 * time.Microsecond, P99Above: true}}
-	stock.SchedulerStages = &metrics.Stages{Bind: &metrics.Stage{Count: 9, Mean: 2500 * time.Microsecond, P99: 5 * time.Millisecond}}
+	ours.SchedulerStages = &metrics.Stages{PreBind: &metrics.Stage{Count: 9, Mean: 4 * time.Millisecond, P50: 3 * time.Millisecond, P99: 25 * time.Millisecond}, Bind: &metrics.Stage{Count: 9, Mean: 3 * time.Millisecond, P50: 2 * time.Millisecond, P99: 6 * time.Millisecond},
+		Queued:   &metrics.Stage{Count: 9, Mean: 2 * time.Second, P50: time.Second, P99: 204800 * time.Microsecond, P99Above: true},
+		Requests: map[string]*metrics.Stage{"POST": {Count: 30, Mean: 7 * time.Millisecond, P50: 5 * time.Millisecond, P99: 40 * time.Millisecond}}}
+	stock.SchedulerStages = &metrics.Stages{Bind: &metrics.Stage{Count: 9, Mean: 2500 * time.Microsecond, P50: 2 * time.Millisecond, P99: 5 * time.Millisecond}}
+	ours.Waterfall = []metrics.Span{{Name: metrics.SpanCreate, P50: 4 * time.Millisecond, P99: 9 * time.Millisecond, Mean: 5 * time.Millisecond},
+		{Name: metrics.SpanLeases, P50: 10 * time.Millisecond, P99: 80 * time.Millisecond, Mean: 20 * time.Millisecond}}
+	stock.Waterfall = []metrics.Span{{Name: metrics.SpanToBound, P50: 12 * time.Millisecond, P99: 30 * time.Millisecond, Mean: 14 * time.Millisecond}}
 	var b bytes.Buffer
 	Build(s, "waits.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute).Table(&b)
 	out := b.String()
@@ -159,9 +163,13 @@ func TestTableWaits(t *testing.T) {
 		`avoidable wait \(bound - first fit free\) p50 / p99 / max +30ms / 1\.2s / 1\.2s +-\n`,
 		`latency p99 of pods that never waited for capacity +15ms +12ms\n`,
 		`note: Waits: a bound pod waited when`,
-		`\n  PreBind \(ours: the GPU leases; DRA: the claim's allocation\) +4ms / 25ms +-\n`,
-		`\n  Bind +3ms / 6ms +2\.5ms / 5ms\n`,
-		`\nin the scheduler, mean / p99: queue entry to bound +2s / > 204\.8ms +-\n`,
+		`\n  PreBind \(ours: the GPU leases; DRA: the claim's allocation\) +3ms / 25ms \(mean 4ms\) +-\n`,
+		`\n  Bind +2ms / 6ms \(mean 3ms\) +2ms / 5ms \(mean 2\.5ms\)\n`,
+		`\nin the scheduler, p50 / p99 \(mean\): queue entry to bound +1s / > 204\.8ms \(mean 2s\) +-\n`,
+		`\n  API request POST, as the scheduler timed it +5ms / 40ms \(mean 7ms\) +-\n`,
+		`\nwaterfall, p50 / p99 \(mean\), from each pod's timeline: create call -> pod seen \(API write, webhooks, watch\) +4ms / 9ms \(mean 5ms\) +-\n`,
+		`\n  PreBind began -> GPU leases seen \(lease creates\) +10ms / 80ms \(mean 20ms\) +-\n`,
+		`\n  pod seen -> pod seen bound \(no steps seen: the stock scheduler\) +- +12ms / 30ms \(mean 14ms\)\n`,
 		`note: In the scheduler: each scheduler's own histograms`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
@@ -45,6 +47,12 @@ type podRecord struct {
 	// draFallback: the DRA claim was allocated by its prioritized list's last subrequest
 	// (any GPUs), not the one-island one.
 	draFallback bool
+	// gpu-scheduler's binding steps, for the waterfall: preBind is when PreBind began making the
+	// pod's GPU leases (their spec.acquireTime, the scheduler's clock on this machine), leased
+	// when the last of them was seen, claimed when its GpuClaim's status was first seen naming it
+	// (Bound or Reserved).
+	preBind, leased, claimed       time.Duration
+	preBindOK, leasedOK, claimedOK bool
 }
 
 // recorder watches the workload's pods and the GpuNodeStatus objects and timestamps what it
@@ -254,9 +262,10 @@ func (r *recorder) statusCount() int {
 	return len(r.nodes)
 }
 
-// watch starts the pod and GpuNodeStatus informers, and with claims the ResourceClaim
-// informer of the DRA run (the GPU IDs are in the claims' allocation results); they stop with ctx.
-func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versioned.Interface, namespace string, claims bool) error {
+// watch starts the pod and GpuNodeStatus informers, with claims the ResourceClaim informer of
+// the DRA run (the GPU IDs are in the claims' allocation results), and with steps the GPU lease
+// and GpuClaim informers that time gpu-scheduler's binding steps; they stop with ctx.
+func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versioned.Interface, namespace string, claims, steps bool) error {
 	// The recorder reads phases, times and allocations, never managedFields.
 	strip := crcache.TransformStripManagedFields()
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(namespace), informers.WithTransform(strip))
@@ -280,6 +289,26 @@ func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versi
 		return fmt.Errorf("watching pods in %s: %w", namespace, err)
 	}
 	gf := gpuinformers.NewSharedInformerFactoryWithOptions(gcs, 0, gpuinformers.WithTransform(strip))
+	var lf informers.SharedInformerFactory
+	if steps {
+		lf = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(LeaseNamespace), informers.WithTransform(strip),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = gpuv1.LabelLeaseNode }))
+		li := lf.Coordination().V1().Leases().Informer()
+		if _, err := li.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(o any) { r.onLease(o) },
+		}); err != nil {
+			return fmt.Errorf("watching GPU leases in %s: %w", LeaseNamespace, err)
+		}
+		gi := gpuinformers.NewSharedInformerFactoryWithOptions(gcs, 0, gpuinformers.WithNamespace(namespace), gpuinformers.WithTransform(strip)).Gpu().V1().GpuClaims().Informer()
+		if _, err := gi.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { r.onGpuClaim(o) },
+			UpdateFunc: func(_, o any) { r.onGpuClaim(o) },
+		}); err != nil {
+			return fmt.Errorf("watching GpuClaims in %s: %w", namespace, err)
+		}
+		go gi.Run(ctx.Done())
+		synced = append(synced, li.HasSynced, gi.HasSynced)
+	}
 	si := gf.Gpu().V1().GpuNodeStatuses().Informer()
 	if _, err := si.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { r.onStatus(o, false) },
@@ -290,6 +319,9 @@ func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versi
 	}
 	f.Start(ctx.Done())
 	gf.Start(ctx.Done())
+	if lf != nil {
+		lf.Start(ctx.Done())
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), append(synced, pi.HasSynced, si.HasSynced)...) {
 		return fmt.Errorf("pod, GpuNodeStatus and ResourceClaim informers did not sync: %w", ctx.Err())
 	}
@@ -302,6 +334,59 @@ func (r *recorder) onPod(o any, deleted bool) {
 	}
 	if p, ok := o.(*corev1.Pod); ok {
 		r.observePod(p, deleted)
+	}
+}
+
+// onLease times a new GPU lease of gpu-scheduler's: when PreBind began making it, and when it
+// was seen. One seen after its pod was bound is not on the binding path. The lease and claim
+// watches are separate streams, so a lease may be seen after the claim it preceded: the
+// waterfall then counts that step as 0.
+func (r *recorder) onLease(o any) {
+	l, ok := o.(*coordinationv1.Lease)
+	if !ok || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return
+	}
+	name := l.Labels[gpuv1.LabelPodName]
+	if name == "" {
+		name = l.Annotations[gpuv1.GroupName+"/pod-name"]
+	}
+	if name == "" {
+		return
+	}
+	at := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a, ok := r.alias[name]; ok {
+		name = a
+	}
+	p := r.pods[name]
+	if p == nil || p.boundOK {
+		return
+	}
+	if l.Spec.AcquireTime != nil {
+		began := l.Spec.AcquireTime.Sub(r.start)
+		if !p.preBindOK || began < p.preBind {
+			p.preBind, p.preBindOK = began, true
+		}
+	}
+	p.leased, p.leasedOK = at, true
+}
+
+// onGpuClaim times the first status that names a pod as the claim's holder.
+func (r *recorder) onGpuClaim(o any) {
+	c, ok := o.(*gpuv1.GpuClaim)
+	if !ok || c.Status.PodName == "" || (c.Status.Phase != gpuv1.ClaimBound && c.Status.Phase != gpuv1.ClaimReserved) {
+		return
+	}
+	at := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	name := c.Status.PodName
+	if a, ok := r.alias[name]; ok {
+		name = a
+	}
+	if p := r.pods[name]; p != nil && !p.claimedOK {
+		p.claimed, p.claimedOK = at, true
 	}
 }
 
@@ -378,6 +463,28 @@ func (r *recorder) stamping() (p50, p99 time.Duration, extra int) {
 	slices.Sort(d)
 	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
 	return at(0.5), at(0.99), len(r.extra)
+}
+
+// steps returns the plan's pods' timelines for the waterfall, as offsets from t0.
+func (r *recorder) steps(plan []scenario.PodPlan, t0 time.Duration) []metrics.Steps {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]metrics.Steps, 0, len(plan))
+	for _, pp := range plan {
+		p := r.pods[pp.Name]
+		if p == nil {
+			continue
+		}
+		out = append(out, metrics.Steps{
+			Created: p.created - t0, CreatedOK: p.createdOK,
+			Seen: p.seen - t0, SeenOK: p.seenOK,
+			PreBind: p.preBind - t0, PreBindOK: p.preBindOK,
+			Leased: p.leased - t0, LeasedOK: p.leasedOK,
+			Claimed: p.claimed - t0, ClaimedOK: p.claimedOK,
+			Bound: p.bound - t0, BoundOK: p.boundOK,
+		})
+	}
+	return out
 }
 
 // firstSeen is when the first pod of the workload was seen.

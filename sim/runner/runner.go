@@ -212,6 +212,9 @@ type RunResult struct {
 	// own histograms at the end of the workload; nil without a reports directory or when the
 	// scheduler's metrics could not be read (a note says why).
 	SchedulerStages *metrics.Stages `json:"schedulerStages,omitempty"`
+	// Waterfall is where the bound pods' time went, stage by stage, from each pod's own
+	// timeline (metrics.ComputeWaterfall).
+	Waterfall []metrics.Span `json:"waterfall,omitempty"`
 	// CPUCauses split the profiled processes' workload CPU by cause (Options.Profile).
 	CPUCauses    []profile.Breakdown `json:"cpuCauses,omitempty"`
 	CreateErrors int64               `json:"createErrors"`
@@ -459,7 +462,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	if err := rec.watch(watchCtx, cs, gcs, ns, withDRA); err != nil {
+	if err := rec.watch(watchCtx, cs, gcs, ns, withDRA, mode != ModeStock && !withDRA); err != nil {
 		return nil, err
 	}
 	// Waited for before the agents start, not just before the clock: an agent writes its GPUs'
@@ -724,6 +727,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	in := collect(rec, plan, pools, t0, end, mode == ModeStock)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
+	res.Waterfall = metrics.ComputeWaterfall(rec.steps(plan, t0))
 	// From the first pod made: needs the bound figures, so after Compute.
 	if len(s.Spec.Workload.Controllers) > 0 {
 		if first, ok := rec.firstSeen(); ok && res.Metrics.Bound > 0 {

@@ -17,8 +17,9 @@ import (
 
 // writeTimeline writes one line per pod of the run to path: its name and, as wall-clock Unix
 // seconds (to line up with the components' logs), when it was first seen, first seen
-// unschedulable and seen bound; then its node and when it was seen finished or deleted; "-"
-// where that never happened. It is what tells where a pod's time went between the controller
+// unschedulable and seen bound; then its node and when it was seen finished or deleted; then,
+// for gpu-scheduler, when PreBind began making its GPU leases, when the last was seen and when
+// its claim was seen taken; "-" where that never happened. It is what tells where a pod's time went between the controller
 // that made it and its binding, and with the node and end which GPUs were free meanwhile
 // (the replay of sim/metrics frees a pod's GPUs at that end).
 func (r *recorder) writeTimeline(path string) error {
@@ -34,7 +35,7 @@ func (r *recorder) writeTimeline(path string) error {
 		return fmt.Errorf("creating the pod timeline: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, "pod\tseen\tunschedulable\tbound\tnode\tended")
+	fmt.Fprintln(w, "pod\tseen\tunschedulable\tbound\tnode\tended\tprebind\tleased\tclaimed")
 	stamp := func(d time.Duration, ok bool) string {
 		if !ok {
 			return "-"
@@ -51,7 +52,8 @@ func (r *recorder) writeTimeline(path string) error {
 		if node == "" {
 			node = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, stamp(p.seen, p.seenOK), stamp(p.unschedAt, p.unschedOK), stamp(p.bound, p.boundOK), node, stamp(p.ended, p.endedOK))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, stamp(p.seen, p.seenOK), stamp(p.unschedAt, p.unschedOK), stamp(p.bound, p.boundOK), node, stamp(p.ended, p.endedOK),
+			stamp(p.preBind, p.preBindOK), stamp(p.leased, p.leasedOK), stamp(p.claimed, p.claimedOK))
 	}
 	if err := w.Flush(); err != nil {
 		_ = f.Close()
@@ -75,6 +77,11 @@ var schedulerMetricPrefixes = []string{
 	// How long the scheduler's informer handlers took per event kind (a slow handler delays
 	// every later event of its informer, new pods included).
 	"scheduler_event_handling_duration_seconds",
+	// gpu-scheduler's GPU lease creates within PreBind.
+	"gpu_scheduler_lease_acquire_duration_seconds",
+	// The API clients' rate-limiter waits and request latencies, by verb.
+	"rest_client_rate_limiter_duration_seconds",
+	"rest_client_request_duration_seconds",
 }
 
 // saveSchedulerMetrics reads the scheduler's /metrics at url with auth's credentials (the

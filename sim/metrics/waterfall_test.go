@@ -1,0 +1,50 @@
+package metrics
+
+import (
+	"testing"
+	"time"
+)
+
+func TestComputeWaterfall(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	// Two of gpu-scheduler's pods with every step seen (the second's lease seen after its claim:
+	// that stage counts 0), and one never bound, which counts nowhere.
+	ours := []Steps{
+		{Created: 0, Seen: ms(5), PreBind: ms(25), Leased: ms(40), Claimed: ms(50), Bound: ms(60),
+			CreatedOK: true, SeenOK: true, PreBindOK: true, LeasedOK: true, ClaimedOK: true, BoundOK: true},
+		{Created: ms(100), Seen: ms(103), PreBind: ms(200), Leased: ms(290), Claimed: ms(280), Bound: ms(400),
+			CreatedOK: true, SeenOK: true, PreBindOK: true, LeasedOK: true, ClaimedOK: true, BoundOK: true},
+		{Created: ms(100), Seen: ms(900), CreatedOK: true, SeenOK: true},
+	}
+	want := map[string][2]time.Duration{ // p50, p99
+		SpanCreate:   {ms(3), ms(5)},
+		SpanSchedule: {ms(20), ms(97)},
+		SpanLeases:   {ms(15), ms(90)},
+		SpanClaim:    {0, ms(10)},
+		SpanBind:     {ms(10), ms(120)},
+		SpanTotal:    {ms(60), ms(300)},
+	}
+	got := ComputeWaterfall(ours)
+	if len(got) != len(want) {
+		t.Fatalf("got %d stages %+v, want %d", len(got), got, len(want))
+	}
+	for _, sp := range got {
+		w, ok := want[sp.Name]
+		if !ok || sp.P50 != w[0] || sp.P99 != w[1] || sp.Pods != 2 {
+			t.Errorf("stage %q: p50 %s p99 %s over %d pods, want %s %s over 2", sp.Name, sp.P50, sp.P99, sp.Pods, w[0], w[1])
+		}
+	}
+	if got[len(got)-1].Name != SpanTotal || !got[len(got)-1].Total {
+		t.Errorf("last stage %+v, want the total", got[len(got)-1])
+	}
+
+	// The stock scheduler: no steps between seen and bound, so one stage there.
+	stock := ComputeWaterfall([]Steps{{Created: 0, Seen: ms(4), Bound: ms(30), CreatedOK: true, SeenOK: true, BoundOK: true}})
+	names := []string{}
+	for _, sp := range stock {
+		names = append(names, sp.Name)
+	}
+	if len(stock) != 3 || stock[1].Name != SpanToBound || stock[1].P50 != ms(26) {
+		t.Errorf("stock stages %v (%+v), want create, seen -> bound 26ms, total", names, stock)
+	}
+}
