@@ -36,10 +36,9 @@ import (
 
 // DefaultTelemetryWritesPerMinute is Config.TelemetryWritesPerMinute's default: no writes for
 // telemetry alone. Every GPU's load moves all the time, so any budget is spent by every node:
-// at 2 a minute, 5,000 nodes made 167 GpuNodeStatus writes a second, and on a 1,000-node
-// simulation (scale-5k cut by five) the apiserver's CPU per bound pod went from 23 to 77 ms,
-// 42 ms of it in custom-resource writes (docs/benchmarks.md). Live load is in the agent's
-// DCGM_FI_* series.
+// at 2 a minute, 5,000 nodes make ~167 GpuNodeStatus writes a second, enough custom-resource
+// writes to triple the apiserver's CPU per bound pod (docs/benchmarks.md). Live load is in the
+// agent's DCGM_FI_* series.
 const DefaultTelemetryWritesPerMinute = -1
 
 // Config configures an Agent. Zero durations take the defaults.
@@ -69,9 +68,9 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// StatusRefreshInterval is the longest time between two GpuNodeStatus writes: an
 	// unchanged status is rewritten (LastHeartbeatTime refreshed) this often. Default 30m: the
-	// liveness Lease says the agent lives, and a status write costs the apiserver ~5.7 ms of
-	// CPU (a DGX's eight devices with telemetry), ~160 ms a second at 5,000 nodes every 3
-	// minutes. The refresh only bounds how old the status's telemetry can get.
+	// liveness Lease says the agent lives, and a status write costs the apiserver several ms
+	// of CPU (a DGX's eight devices with telemetry; docs/benchmarks.md), a steady load at
+	// thousands of nodes. The refresh only bounds how old the status's telemetry can get.
 	StatusRefreshInterval time.Duration
 	// MinWriteInterval is the shortest time between two status writes, so that a burst of
 	// changes (a pod's leases) becomes one write. Default 1s; negative: none.
@@ -80,15 +79,13 @@ type Config struct {
 	// changed: usage is informational (the scheduler's leases are the lock, and kubectl gpu
 	// reads the leases too), so it need not cause writes of its own; it also rides along with
 	// health writes and the status refresh. Default DefaultUsageWriteInterval (10 minutes), on
-	// its own, not the liveness interval: a node whose last status write was longer ago than
-	// this writes at the first change of usage, so at 3 minutes a burst of pods onto 5,000
-	// nodes made up to 5,000 status writes of ~5.7 ms of apiserver CPU each within the
-	// burst (scale-5k, 2026-11-25 23:31: 0.33 per pod, 2.74x stock's CPU per pod), and a busy
-	// cluster pays ~28 a second at 5,000 nodes, the heartbeat cost the liveness Lease took
-	// away. At 10 minutes a busy 5,000-node cluster pays ~8 a second, and inUseBy and Free
-	// are at most 10 minutes old. At 30 s (the default until 2026-11-25) a 10,000-pod burst
-	// on 5,000 nodes made 12,200 GpuNodeStatus writes, more than its 10,000 claim status
-	// writes (docs/benchmarks.md). Negative: MinWriteInterval (usage written at once).
+	// its own, not the liveness interval: a node whose last status write is older than this
+	// writes at the first change of usage, so the shorter the interval, the more nodes write
+	// their status (several ms of apiserver CPU each) inside a burst of pods, when the
+	// apiserver is busiest, and the more a busy cluster pays in steady writes (one per node per
+	// interval: ~8 a second at 5,000 nodes at 10 minutes). inUseBy and Free are at most this
+	// old. Negative: MinWriteInterval (usage written at once). docs/benchmarks.md has the
+	// bursts measured at shorter intervals.
 	UsageWriteInterval time.Duration
 	// RecoveryQuietPeriod is how long an answering GPU must stay free of critical events
 	// before an event fault clears. Default 5m.

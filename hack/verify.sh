@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fails when code is not gofmt-clean, go.mod/go.sum are not tidy, go vet complains, or generated
-# code is stale.
+# Fails when code is not gofmt-clean, go.mod/go.sum are not tidy, go vet complains, a Go comment
+# or help text carries a date, or generated code is stale.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,6 +22,10 @@ if ! tidy=$(go mod tidy -diff 2>&1); then
 fi
 
 CGO_ENABLED=1 go vet ./...
+
+# Comments say why and help texts what a flag does; a dated figure is a lab note, and belongs in
+# docs/benchmarks.md (hack/nodates says which dates are allowed).
+go run ./hack/nodates $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go')
 
 # The image builder is a module of its own (hack/images): ./... above does not reach it.
 if ! tidy=$(go -C hack/images mod tidy -diff 2>&1); then

@@ -1,12 +1,12 @@
 // Package liveness renews a node agent's liveness Lease: the small object the scheduler reads
 // to tell a live agent from a dead one, as it reads a kubelet's node Lease.
 //
-// Before it, the agent rewrote its node's GpuNodeStatus at least every 3 minutes only to say
+// Without it, the agent would rewrite its node's GpuNodeStatus every few minutes only to say
 // "still here". One such custom-resource write of a DGX status (eight devices with telemetry)
-// costs the apiserver ~5.7 ms of CPU and reaches every GpuNodeStatus watcher: at 5,000 nodes
-// ~28 writes a second, ~160 ms of apiserver CPU a second whatever the scheduler does
-// (docs/benchmarks.md, scale-5k session 6). A Lease renewal is a small protobuf write watched
-// by the scheduler alone; the status is now written on change and refreshed every 30 minutes.
+// costs the apiserver several ms of CPU and reaches every GpuNodeStatus watcher: at 5,000 nodes
+// every 3 minutes, ~28 writes a second, a steady load whatever the scheduler does
+// (docs/benchmarks.md). A Lease renewal is a small protobuf write watched by the scheduler
+// alone, so the status is written on change and refreshed only every 30 minutes.
 package liveness
 
 import (

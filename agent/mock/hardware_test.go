@@ -109,8 +109,8 @@ func TestMinorNumbers(t *testing.T) {
 
 // BenchmarkNewDGX is what one simulated 8-GPU node costs the fleet in memory (B/op): a
 // fleet of 5,000 nodes builds 5,000 of them. Compare before and after a change with
-// benchstat. Measured on the 2-core machine: 178.6 kB with the go-nvml generated mocks
-// embedded, 27.4 kB without (2026-11-25).
+// benchstat. The go-nvml generated mocks are not embedded in a simulated device: they would
+// multiply this several times over (docs/benchmarks.md).
 func BenchmarkNewDGX(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,7 +1,7 @@
 // Package spread spreads a node's periodic writes (its GpuNodeStatus refresh, its liveness
 // Lease renewals) over time, so that a fleet of agents started at once does not write in step.
-// At 5,000 nodes, beats in step were 5,000 GpuNodeStatus writes in ~36 s every 3 minutes,
-// landing in whichever measured run happened to span them (docs/benchmarks.md, session 6).
+// Beats in step would be a wave of writes, one per node, every interval, landing on whatever
+// the cluster is doing at that moment, and on 5,000 nodes a burst the apiserver notices.
 package spread
 
 import (

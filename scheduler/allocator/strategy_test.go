@@ -178,7 +178,7 @@ func binpackOrder(t *testing.T, req Request, nodes ...*Node) ([]string, map[stri
 // Binpack fills small islands before it breaks a big one that a larger claim could use. Packing
 // by node alone sent a single to the DGX holding a quad (its node the fuller, 5 of 8 after)
 // rather than into the free half of an NVLink pair (2 of 8), and the next quad then broke a
-// fresh DGX, starving 8-GPU claims (quickstart, issue 18).
+// fresh DGX, starving 8-GPU claims (as in the simulator's quickstart scenario).
 func TestBinpackFillsSmallIslandsFirst(t *testing.T) {
 	single := Request{Count: 1, Policy: Contiguous, Topology: Preferred}
 	pair := Request{Count: 2, Policy: Contiguous, Topology: Preferred, MinBandwidthGBps: 300}

@@ -40,9 +40,9 @@ func (p *Plugin) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, o
 	if raw, held := deleted.Annotations[apiv1.AnnotationAllocated]; held {
 		// The framework may retry the pod before the plugin's own pod handler has freed the
 		// deleted pod's GPUs in the ledger: both follow the scheduler's pod informer, each on
-		// its own goroutine. The retry then found them held and the pod went back to wait for
-		// another event, while a pod created a moment later took them (quickstart: 12 of 14
-		// waiting pods waited with a fit free, sim avoidable-wait rows). Free them here first.
+		// its own goroutine. The retry would then find them held and the pod go back to wait
+		// for another event, while a pod created a moment later takes them (the simulator's
+		// avoidable-wait rows count such waits). Free them here first.
 		p.freeInLedger(deleted.UID)
 		// At churn a pod finishes every few milliseconds: requeue only the pods whose claim
 		// fits the node once this pod's GPUs are free, not the whole backlog each time.

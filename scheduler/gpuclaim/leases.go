@@ -121,11 +121,11 @@ func (p *Plugin) newLease(pod *v1.Pod, node string, id int, shared bool) (*coord
 // Exclusive and a Shared pod can never both hold it.
 //
 // The leases are created together, so that an 8-GPU pod waits one round trip before its
-// binding instead of eight (quickstart: 60-280 ms from reservation to binding with the creates
-// one after another, on a 2-core machine). While other gpu-scheduler processes schedule beside
-// this one (peers), the first GPU's lease is taken alone before the others: two schedulers that
-// picked the same node for the same claim picked the same first GPU, so a lost race most often
-// costs one failed create and nothing to roll back. At most parallelLeaseCreates creates run
+// binding instead of eight (one after another, the creates would be most of the time from
+// reservation to binding). While other gpu-scheduler processes schedule beside this one
+// (peers), the first GPU's lease is taken alone before the others: two schedulers that picked
+// the same node for the same claim picked the same first GPU, so a lost race most often costs
+// one failed create and nothing to roll back. At most parallelLeaseCreates creates run
 // beside others at once, across all pods; beyond that a pod makes its creates one after
 // another, as a saturated API server gains nothing from more requests in flight. The last
 // create is always made in the calling goroutine, so a 1-GPU pod costs no goroutine.
@@ -163,9 +163,9 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 			}()
 		default:
 			// Every spare slot is taken: a burst keeps many pods in PreBind at once, and more
-			// requests in flight would only queue in a saturated API server (scale-5k: pod
-			// creates and watches fell behind with unbounded parallel creates). This one is
-			// made here, in turn.
+			// requests in flight would only queue in a saturated API server (with unbounded
+			// parallel creates, a large burst's pod creates and watches fall behind). This one
+			// is made here, in turn.
 			names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared)
 		}
 	}
@@ -217,18 +217,17 @@ func (p *Plugin) acquireOne(ctx context.Context, pod *v1.Pod, node string, id in
 
 // precheck looks up every GPU's lease in the informer before any is created, so that an
 // attempt the informer already shows lost costs no write at all: neither the create that
-// would fail nor the creates (and deletes) of the GPUs before it in ids. On lease-race, two
-// schedulers without leader election: 390 failed lease creates and 94 rolled-back ones for
-// 300 pods before this check looked at the whole set and at the pod's own leases.
+// would fail nor the creates (and deletes) of the GPUs before it in ids. Schedulers running
+// side by side without leader election lose such races often; without this check each lost
+// race costs failed and rolled-back lease creates.
 //
 // A lease whose holders are all gone (or this pod's own, from an attempt long past) is deleted
 // here, sparing a create that would fail: a GPU freed by a pod that went away is often still
 // locked by its lease, since the ledger frees it at once and the release queue deletes the
-// lease a little later (churn: 470 failed lease creates for 1,500 pods). The deletes are made
-// together, and only once every GPU is known free or stale, so that an attempt lost on one GPU
-// deletes nothing. Made one after another they cost the pod that waited for a whole box most:
-// on quickstart such a pod found 3 to 7 of its 8 leases still there, and each delete took
-// 1.4-15 ms before its creates could start.
+// lease a little later. The deletes are made together, and only once every GPU is known free
+// or stale, so that an attempt lost on one GPU deletes nothing. Made one after another they
+// would cost most the pod that waited for a whole box: such a pod often finds most of its
+// leases still there, and each delete would hold back its creates by a round trip.
 func (p *Plugin) precheck(ctx context.Context, pod *v1.Pod, node string, ids []int, shared bool) error {
 	var stale []*coordinationv1.Lease
 	for _, id := range ids {
@@ -373,8 +372,8 @@ func (p *Plugin) joinShared(ctx context.Context, name, node string, id int, uid 
 func (p *Plugin) releaseLease(ctx context.Context, name string, uid types.UID) error {
 	// The first attempt works from the informer's copy: the delete's preconditions (UID and
 	// resourceVersion) make a stale copy fail with a conflict, and only then is the lease
-	// read from the apiserver. That halves the requests of a mass release (26,000 leases
-	// when 10,000 pods go at once on scale-5k).
+	// read from the apiserver. That halves the requests of a mass release (tens of thousands
+	// of leases when 10,000 pods go at once).
 	cached, _ := p.leaseLister.Leases(*p.args.LeaseNamespace).Get(name)
 	return p.releaseLeaseFrom(ctx, cached, name, uid)
 }

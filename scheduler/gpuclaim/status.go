@@ -110,24 +110,22 @@ type statusWriter struct {
 
 // repairDelay gives the binding cycle's own Bound write (PostBind) time to land and reach the
 // claim informer before a repair is judged. The pod's update (its binding) and the claim's
-// status update arrive on different informers in no set order: repairing at once sent a second
-// status write, or a conflicting one, for most pods (quickstart: 907 claim-status writes for 400
-// pods, 572 with the delay).
+// status update arrive on different informers in no set order: repairing at once would send a
+// second status write, or a conflicting one, for most pods.
 const repairDelay = 5 * time.Second
 
 // pendingGrace keeps short waits out of the claim's status. Most pods that are turned away
-// get GPUs within a second or two, as soon as a running pod ends (churn: 360 of 472 waits
-// under 5 s); writing and then overwriting the claim's status for them was a third of a write
-// per pod. The pod's PodScheduled condition and FailedScheduling event say why at once; the
+// get GPUs within a second or two, as soon as a running pod ends; writing and then
+// overwriting the claim's status for them would cost a large share of a write per pod. The pod's PodScheduled condition and FailedScheduling event say why at once; the
 // claim says it once the wait lasts.
 const pendingGrace = 5 * time.Second
 
 // releaseSpread spreads the Released writes of schedulers that all saw the same pod go. Every
 // scheduler running without leader election releases every pod that ends; writing at once, all
-// but the first sent a status update that failed on a conflict (lease-race: ~100 of 500
-// claim-status writes). The scheduler that bound the pod writes at once; any other waits a
-// random time up to releaseSpread and judges the write on its claim informer's copy then, so
-// that a claim the binder has reset costs it nothing. A lone scheduler bound its pods itself
+// but the first would send a status update that fails on a conflict. The scheduler that bound
+// the pod writes at once; any other waits a random time up to releaseSpread and judges the
+// write on its claim informer's copy then, so that a claim the binder has reset costs it
+// nothing. A lone scheduler bound its pods itself
 // (or, just restarted, its previous run did: those claims show Pending up to a second later).
 const releaseSpread = time.Second
 

@@ -19,9 +19,9 @@ import (
 // was seen finished or deleted. That is when a scheduler's informers learn of either, so a GPU
 // counts as free from the moment a scheduler could first know it was, and not from when the
 // pod's process stopped. gpu-scheduler takes GPUs in Reserve, and its PreBind writes a lease
-// per GPU before the binding can be seen (60-280 ms for the 8-GPU pods of one quickstart
-// run): that time reads as free, to the pod itself and to any other pod waiting beside it, so
-// the figures are upper bounds for it. WaitTolerance absorbs the shorter such windows.
+// per GPU before the binding can be seen (a fraction of a second for an 8-GPU pod,
+// docs/benchmarks.md): that time reads as free, to the pod itself and to any other pod
+// waiting beside it, so the figures are upper bounds for it. WaitTolerance absorbs the shorter such windows.
 
 // WaitTolerance is how long a fitting placement may have sat free while a pod waited before the
 // wait counts as avoidable: about what the scheduler needs to learn of a release and bind.
