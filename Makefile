@@ -20,12 +20,12 @@ build:
 	CGO_ENABLED=1 $(GO) build -o $(BIN)/ ./cmd/...
 	install -m 0755 plugins/kubectl_complete-gpu $(BIN)/
 
-## generate: regenerate deepcopy, CRD manifests, clientset, listers and informers
+## generate: regenerate deepcopy, CRD manifests, clientset, listers, informers and docs/api.md
 .PHONY: generate
 generate:
 	bash hack/update-codegen.sh
 
-## verify: gofmt, go mod tidy a no-op, go vet and generated code up to date
+## verify: gofmt, go mod tidy a no-op, go vet, no dates in comments or help texts, generated code and docs/api.md up to date
 .PHONY: verify
 verify:
 	bash hack/verify.sh

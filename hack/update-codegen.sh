@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates deepcopy functions, CRD manifests and the typed clientset, listers and informers
-# for api/v1. The generators are pinned in hack/tools/go.mod and built into _output/bin.
+# Regenerates deepcopy functions, CRD manifests, the typed clientset, listers and informers
+# for api/v1, and docs/api.md (the field reference, hack/apidocs). The generators are pinned in hack/tools/go.mod and built into _output/bin.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -33,3 +33,6 @@ rm -rf "$out"
 	--listers-package "$module/$out/listers" \
 	--output-pkg "$module/$out/informers" --output-dir "$out/informers" "$module/api/v1"
 gofmt -w api
+
+# The field reference users read, from the same types and their doc comments.
+go run ./hack/apidocs -dir api/v1 -out docs/api.md

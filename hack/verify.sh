@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when code is not gofmt-clean, go.mod/go.sum are not tidy, go vet complains, a Go comment
-# or help text carries a date, or generated code is stale.
+# or help text carries a date, or generated code or docs/api.md is stale.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -46,7 +46,7 @@ git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parent
 mkdir -p "$root/_output/bin" "$scratch/_output"
 ln -s "$root/_output/bin" "$scratch/_output/bin"
 (cd "$scratch" && bash hack/update-codegen.sh >/dev/null)
-for d in api charts/gpu-scheduler/crds; do
+for d in api charts/gpu-scheduler/crds docs/api.md; do
 	if ! diff -r "$root/$d" "$scratch/$d" >/dev/null; then
 		echo "generated code in $d is stale: run 'make generate' and commit the result" >&2
 		diff -r "$root/$d" "$scratch/$d" | head -40 >&2
