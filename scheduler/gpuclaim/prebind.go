@@ -48,17 +48,42 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		}
 		metrics.AdmitWait.Observe(p.clock.Since(began).Seconds())
 	}
+	// The claim is taken (claimlock.go) with the status the Binding follows: Bound, or Reserved
+	// with recordReservedPhase (PostBind then writes Bound).
+	alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
+	phase, msg := apiv1.ClaimBound, boundMessage(alloc, pod)
+	if *p.args.RecordReservedPhase {
+		phase, msg = apiv1.ClaimReserved, fmt.Sprintf("GPUs %s on node %s locked for pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name)
+	}
+	// A scheduler alone takes the claim beside the GPU leases rather than after them: the
+	// Binding then waits for one round trip instead of two. The leases alone keep two pods off
+	// one GPU, the claim's status alone keeps two pods off one claim, and the Binding follows
+	// both, so no bound pod is seen without its leases or its claim's status; a lost lease race
+	// (rare without peers: another process's lease the informer had not shown) costs the claim
+	// write and its give-back in Unreserve. Beside peers, whose races are the common loss, the
+	// claim is taken last, once the GPUs are, so that a lost GPU race costs no claim write.
+	alone := p.peers == nil || p.peers.Current().Size() <= 1
 	// A pod placed with its template's claim has the claim made here (template.go), beside
 	// the leases rather than before them: the binding then waits for one round-trip fewer.
 	// The claim is checked before the leases count: if it cannot be made, the attempt fails,
 	// Unreserve releases the leases just taken, and the pod is retried with backoff.
-	var claimMade chan madeClaim
-	if s.makeClaim {
-		claimMade = make(chan madeClaim, 1)
-		want := s.claim
+	var claimDone chan claimOutcome
+	if s.makeClaim || alone {
+		claimDone = make(chan claimOutcome, 1)
+		claim, makeIt := s.claim, s.makeClaim
 		go func() {
-			c, err := p.makeClaim(ctx, pod, want)
-			claimMade <- madeClaim{c, err}
+			out := claimOutcome{claim: claim}
+			if makeIt {
+				if out.claim, out.makeErr = p.makeClaim(ctx, pod, claim); out.makeErr != nil {
+					claimDone <- out
+					return
+				}
+			}
+			if alone {
+				out.took = true
+				out.takeErr = p.takeClaim(ctx, out.claim, pod, phase, alloc, msg)
+			}
+			claimDone <- out
 		}()
 	}
 	start := p.clock.Now()
@@ -69,13 +94,18 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	shared := s.claim.Spec.Devices.Exclusivity == apiv1.Shared
 	taken, err := p.acquire(ctx, pod, nodeName, s.ids, shared)
 	s.leases = taken
-	if claimMade != nil {
-		made := <-claimMade
-		if made.err != nil {
+	var claimErr error
+	took := false
+	if claimDone != nil {
+		out := <-claimDone
+		if out.makeErr != nil {
 			metrics.Placement(metrics.ResultError, metrics.ReasonAPI)
-			return fwk.AsStatus(made.err)
+			return fwk.AsStatus(out.makeErr)
 		}
-		s.claim, s.makeClaim = made.claim, false
+		s.claim, s.makeClaim = out.claim, false
+		took, claimErr = out.took, out.takeErr
+		// Recorded before any failure returns, so that Unreserve gives the claim back.
+		s.claimTaken = took && claimErr == nil
 	}
 	if errors.Is(err, errLeaseConflict) {
 		// An error, not Unschedulable: the pod goes to the backoff queue and is retried in a
@@ -93,35 +123,32 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	p.ledger.add(pod.UID, nodeName, s.ids, shared, fromLease)
 	metrics.AllocationLatency.Observe(p.clock.Since(start).Seconds())
 
-	// The claim is taken last, once the GPUs are: a lost GPU race, the common loss, then costs
-	// no claim write (claimlock.go). The status written is Bound, which the Binding follows at
-	// once; with recordReservedPhase it is Reserved, and PostBind writes Bound.
-	alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
-	phase, msg := apiv1.ClaimBound, boundMessage(alloc, pod)
-	if *p.args.RecordReservedPhase {
-		phase, msg = apiv1.ClaimReserved, fmt.Sprintf("GPUs %s on node %s locked for pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name)
+	if !took {
+		claimErr = p.takeClaim(ctx, s.claim, pod, phase, alloc, msg)
 	}
-	err = p.takeClaim(ctx, s.claim, pod, phase, alloc, msg)
-	if errors.Is(err, errClaimTaken) {
+	if errors.Is(claimErr, errClaimTaken) {
 		metrics.Placement(metrics.ResultError, metrics.ReasonClaimInUse)
-		klog.FromContext(ctx).V(2).Info("Lost the claim to a pod another scheduler bound", "pod", klog.KObj(pod), "claim", s.key, "err", err)
+		klog.FromContext(ctx).V(2).Info("Lost the claim to a pod another scheduler bound", "pod", klog.KObj(pod), "claim", s.key, "err", claimErr)
 		if rec := p.handle.EventRecorder(); rec != nil {
-			rec.Eventf(pod, s.claim, v1.EventTypeWarning, "GpuClaimInUse", "Binding", err.Error())
+			rec.Eventf(pod, s.claim, v1.EventTypeWarning, "GpuClaimInUse", "Binding", claimErr.Error())
 		}
-		return fwk.AsStatus(err)
+		return fwk.AsStatus(claimErr)
 	}
-	if err != nil {
+	if claimErr != nil {
 		metrics.Placement(metrics.ResultError, metrics.ReasonAPI)
-		return fwk.AsStatus(fmt.Errorf("taking GpuClaim %s for pod %s/%s: %w", s.key, pod.Namespace, pod.Name, err))
+		return fwk.AsStatus(fmt.Errorf("taking GpuClaim %s for pod %s/%s: %w", s.key, pod.Namespace, pod.Name, claimErr))
 	}
 	s.claimTaken = true
 	return nil
 }
 
-// madeClaim is the outcome of makeClaim.
-type madeClaim struct {
-	claim *apiv1.GpuClaim
-	err   error
+// claimOutcome is what PreBind's claim goroutine did: the claim it made (makeErr: could not),
+// and whether it took it (took) with what result (takeErr).
+type claimOutcome struct {
+	claim   *apiv1.GpuClaim
+	makeErr error
+	took    bool
+	takeErr error
 }
 
 // setAllocation writes an allocation into a claim status.
