@@ -24,9 +24,10 @@ func (p *Plugin) PreBindPreFlight(ctx context.Context, cs fwk.CycleState, pod *v
 
 // PreBind makes the reservation real, off the scheduling cycle: one Lease per GPU. Losing a
 // lease race fails the attempt; the framework then calls Unreserve, and the pod is retried on
-// other GPUs. With the leases held, the claim is taken for the pod: its status names the pod
-// (Bound, or Reserved with recordReservedPhase), unless another scheduler process took it for
-// another pod first (claimlock.go).
+// other GPUs. Beside the lease creates (after them while peers schedule beside this process),
+// the claim is taken for the pod: its status names the pod (Bound, or Reserved with
+// recordReservedPhase), unless another scheduler process took it for another pod first
+// (claimlock.go). The Binding follows both.
 func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if _, ok := claimName(pod); !ok {
 		return nil
