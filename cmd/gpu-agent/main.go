@@ -61,6 +61,7 @@ type options struct {
 	fleetWriteBurst                              int
 	fleetNodeSelector                            string
 	mockTopology                                 string
+	mockFaultAddress                             string
 	devicePlugin                                 devicePluginOptions
 }
 
@@ -94,6 +95,8 @@ func main() {
 	fs.StringVar(&o.fleetNodeSelector, "fleet-node-selector", "", "With --fleet: simulate only the labelled nodes that also match this label selector.")
 	fs.StringVar(&o.mockTopology, "mock-topology", "", "Without --fleet: report a simulated GPU server of this preset (scenarios/hardware, e.g. dgx-h100) instead of the real NVML, "+
 		"for a test node without GPUs (make e2e-node, whose node has fake /dev/nvidia<minor> devices). Empty: the real NVML.")
+	fs.StringVar(&o.mockFaultAddress, "mock-fault-address", "", "With --mock-topology: serve POST /fault?gpu=ID&fault=KIND (KIND: xid<code>, dbe, lost, remap-failure, recover) on this address, "+
+		"so that a test node's GPU can be made unhealthy and healthy again. Unauthenticated: for test nodes only. Empty: off.")
 	fs.BoolVar(&o.devicePlugin.enabled, "device-plugin", true, "Serve the kubelet device-plugin API on nodes labelled gpu.scheduling/managed=true. Ignored with --fleet.")
 	fs.StringVar(&o.devicePlugin.resourceName, "resource-name", deviceplugin.DefaultResourceName, "Extended resource the device plugin serves; the webhook and the chart must use the same.")
 	fs.BoolVar(&o.devicePlugin.allowOthers, "allow-other-gpu-plugins", false, "Serve the device plugin even while another GPU device plugin (NVIDIA's: nvidia.com/gpu in the node's capacity, or its socket in --device-plugin-dir) serves the node. Only where the node's GPUs are split between the plugins: two plugins serving one GPU hand it out twice. Without it the agent does not serve the device plugin there, is not ready, and says why (log, Event on the Node).")
@@ -267,6 +270,7 @@ func runNode(ctx context.Context, o options, cfg agent.Config, checks *atomic.Po
 	}
 	cfg.NodeName = o.nodeName
 	var lib nvml.Interface = nvml.New()
+	var mockServer *mock.Server
 	if o.mockTopology != "" {
 		srv, err := mock.New(o.mockTopology, mock.WithSeed(o.nodeName))
 		if err != nil {
@@ -274,7 +278,9 @@ func runNode(ctx context.Context, o options, cfg agent.Config, checks *atomic.Po
 		}
 		logger := klog.FromContext(ctx)
 		logger.Info("Reporting a simulated GPU server, not the real NVML", "topology", o.mockTopology)
-		lib = srv
+		lib, mockServer = srv, srv
+	} else if o.mockFaultAddress != "" {
+		return fmt.Errorf("--mock-fault-address needs --mock-topology: faults are injected into simulated GPUs only")
 	}
 	cfg.GPUs = nvmlgpu.New(lib, nvmlgpu.Options{})
 	cfg.Nodes, cfg.Leases = nodes.Lister(), leaseInformer.GetIndexer()
@@ -292,6 +298,11 @@ func runNode(ctx context.Context, o options, cfg agent.Config, checks *atomic.Po
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
+	}
+	if mockServer != nil && o.mockFaultAddress != "" {
+		if _, err := serveMockFaults(ctx, o.mockFaultAddress, mockServer, a.Poke); err != nil {
+			return err
+		}
 	}
 	poke := func(any) { a.Poke() }
 	if _, err := leaseInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
