@@ -38,6 +38,11 @@ func (p *Plugin) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, o
 		return fwk.Queue, fmt.Errorf("unexpected object %T for a pod delete event", oldObj)
 	}
 	if raw, held := deleted.Annotations[apiv1.AnnotationAllocated]; held {
+		if p.holdsAfterFinish(deleted) || p.finishing.held(deleted.UID) {
+			// Its GPUs stay held until the kubelet lets go of them (finishing.go); their
+			// release then activates the pods waiting for them (activate.go).
+			return fwk.QueueSkip, nil
+		}
 		// The framework may retry the pod before the plugin's own pod handler has freed the
 		// deleted pod's GPUs in the ledger: both follow the scheduler's pod informer, each on
 		// its own goroutine. The retry would then find them held and the pod go back to wait

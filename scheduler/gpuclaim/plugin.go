@@ -115,8 +115,11 @@ type Plugin struct {
 	peers     *peers.Membership
 	joinPeers func()
 	deferred  *deferredPods
-	// admit binds pods of one GPU count to a node one at a time (admitgate.go); nil: off.
-	admit *admitGate
+	// admit binds pods of one GPU count to a node one at a time (admitgate.go), and
+	// finishing holds a finished pod's GPUs until its kubelet has let go of them
+	// (finishing.go); both nil without the device plugin.
+	admit     *admitGate
+	finishing *finishing
 	// createSlots bounds the GPU lease creates made in parallel (leases.go).
 	createSlots chan struct{}
 
@@ -249,6 +252,14 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	}
 	handlers = append(handlers, reg)
 
+	var finishingFactory kubeinformers.SharedInformerFactory
+	if p.admit != nil {
+		if p.finishing, finishingFactory, reg, err = newFinishing(ctx, p.client, p.podGone); err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
+		}
+		handlers = append(handlers, reg)
+	}
+
 	// Pods come from the scheduler's own informer (it excludes finished pods, so a pod that
 	// completes arrives here as a delete).
 	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(p.podHandler(ctx)); err != nil {
@@ -259,11 +270,21 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	leaseFactory.Start(ctx.Done())
 	livenessFactory.Start(ctx.Done())
 	foreignFactory.Start(ctx.Done())
+	if finishingFactory != nil {
+		finishingFactory.Start(ctx.Done())
+	}
 	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for typ, ok := range gpuFactory.WaitForCacheSync(syncCtx.Done()) {
 		if !ok {
 			return nil, fmt.Errorf("%s: %v informer did not sync; are the gpu.scheduling CRDs installed and may the scheduler list them?", Name, typ)
+		}
+	}
+	if finishingFactory != nil {
+		for typ, ok := range finishingFactory.WaitForCacheSync(syncCtx.Done()) {
+			if !ok {
+				return nil, fmt.Errorf("%s: %v informer of finished pods did not sync; may the scheduler list pods?", Name, typ)
+			}
 		}
 	}
 	for _, f := range []kubeinformers.SharedInformerFactory{leaseFactory, livenessFactory, foreignFactory} {
@@ -289,6 +310,9 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	go p.status.run(ctx)
 	go p.runLifecycle(ctx)
 	go p.runActivator(ctx)
+	if p.finishing != nil {
+		go p.runFinishing(ctx)
+	}
 	return p, nil
 }
 
@@ -449,7 +473,7 @@ func (p *Plugin) podHandler(ctx context.Context) cache.ResourceEventHandler {
 				obj = t.Obj
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
-				p.podGone(pod)
+				p.finished(pod) // deleted, or finished (the informer drops finished pods)
 			}
 		},
 	}
@@ -461,7 +485,7 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 		return
 	}
 	if podFinished(pod) {
-		p.podGone(pod)
+		p.finished(pod)
 		return
 	}
 	p.admit.observe(pod)
