@@ -23,7 +23,9 @@ import (
 // E2E_NODE_HELM_ARGS (space-separated), so that a documented change is tried without a rebuild.
 func helmInstallArgs() []string {
 	args := []string{"install", release, "charts/gpu-scheduler", "--namespace", releaseNS, "--create-namespace",
-		"--set", "agent.nvml.mode=hostPath", "--set", "agent.extraArgs={--mock-topology=dgx-h100}"}
+		"--set", "agent.nvml.mode=hostPath", "--set", "agent.extraArgs={--mock-topology=dgx-h100}",
+		// Beyond the docs: the unhealthy-GPU drill makes a simulated GPU fail through the agent.
+		"--set", "agent.extraArgs={--mock-topology=dgx-h100,--mock-fault-address=:9403}"}
 	if extra := strings.Fields(os.Getenv("E2E_NODE_HELM_ARGS")); len(extra) > 0 {
 		args = append(args, extra...)
 	}

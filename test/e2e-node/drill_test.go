@@ -5,6 +5,14 @@ package e2enode
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,4 +218,236 @@ func waitAllocatable(t *testing.T, since time.Time, want int64, timeout time.Dur
 		t.Fatalf("the node's allocatable %s is %s after %s, want %d", gpuResource, got.String(), timeout, want)
 	}
 	t.Logf("allocatable %s back to %d after %s", gpuResource, want, time.Since(began).Round(100*time.Millisecond))
+}
+
+// mockFaultPort is where the agent's simulated server takes faults (--mock-fault-address in
+// helmInstallArgs).
+const mockFaultPort = 9403
+
+// injectFault makes GPU gpu of the real node's simulated server fail (or recover), through the
+// agent pod's --mock-fault-address.
+func injectFault(t *testing.T, gpu int, fault string) {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := env.cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil || len(pods.Items) == 0 || pods.Items[0].Status.PodIP == "" {
+		t.Fatalf("finding the agent pod's IP: %v (%d found)", err, len(pods.Items))
+	}
+	u := fmt.Sprintf("http://%s/fault", net.JoinHostPort(pods.Items[0].Status.PodIP, strconv.Itoa(mockFaultPort)))
+	resp, err := http.PostForm(u, url.Values{"gpu": {strconv.Itoa(gpu)}, "fault": {fault}})
+	if err != nil {
+		t.Fatalf("injecting %s into GPU %d: %v", fault, gpu, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("injecting %s into GPU %d: %s %s", fault, gpu, resp.Status, body)
+	}
+}
+
+// A GPU turns unhealthy: the kubelet's allocatable drops, a claim that needs it waits with the
+// reason, a claim that fits the healthy GPUs runs on them and never on the lost one, and once
+// the GPU recovers the waiting claim is placed.
+func TestDrillGPUUnhealthy(t *testing.T) {
+	ns := "e2e-drill-unhealthy"
+	defer deleteNamespace(t, ns)
+	ctx := context.Background()
+	startGPUPods(t, ns, 1)
+	g0, err := env.cs.CoreV1().Pods(ns).Get(ctx, "g0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for slices.Contains(chosenGPUs(g0), bad) {
+		bad++
+	}
+	since := time.Now()
+	injectFault(t, bad, "lost")
+	recovered := false
+	defer func() {
+		if !recovered {
+			injectFault(t, bad, "recover")
+		}
+	}()
+	waitAllocatable(t, since, 7, 2*time.Minute)
+
+	// 8 GPUs, 1 held by g0, 1 lost: 7 would fit only with the lost one.
+	createClaim(t, ns, "seven", 7)
+	if _, err := env.cs.CoreV1().Pods(ns).Create(ctx, claimPod(ns, "seven", "seven"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, ns, "seven", time.Minute, "unschedulable, naming healthy GPUs", func(p *corev1.Pod) bool {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "healthy") {
+				return true
+			}
+		}
+		return false
+	})
+	createClaim(t, ns, "six", 6)
+	if _, err := env.cs.CoreV1().Pods(ns).Create(ctx, claimPod(ns, "six", "six"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	six := waitPod(t, ns, "six", 3*time.Minute, "Running", running)
+	if slices.Contains(chosenGPUs(six), bad) {
+		t.Errorf("pod six was placed on lost GPU %d: %v", bad, chosenGPUs(six))
+	}
+	if v, err := viewOf(t, ns, "six"); err != nil {
+		t.Error(err)
+	} else if slices.Contains(v.minors, bad) || !slices.Equal(v.minors, chosenGPUs(six)) {
+		t.Errorf("pod six sees /dev/nvidia%v, chosen %v, lost GPU %d", v.minors, chosenGPUs(six), bad)
+	}
+
+	// The GPU recovers and six goes away: seven fits, on the recovered GPU among others.
+	since = time.Now()
+	injectFault(t, bad, "recover")
+	recovered = true
+	waitAllocatable(t, since, 8, 2*time.Minute)
+	if err := env.cs.CoreV1().Pods(ns).Delete(ctx, "six", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	seven := waitPod(t, ns, "seven", 3*time.Minute, "Running", running)
+	if !slices.Contains(chosenGPUs(seven), bad) {
+		t.Errorf("pod seven got %v after GPU %d recovered; with g0 holding %v it needs the recovered one", chosenGPUs(seven), bad, chosenGPUs(g0))
+	}
+	if err := env.cs.CoreV1().Pods(ns).Delete(ctx, "seven", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	afterDrill(t, ns, 1)
+}
+
+// The scheduler's leader pod is killed in a burst of 200 one-GPU pods: the standby takes over,
+// every pod runs on exactly its GPU, no two running pods ever hold one GPU (sampled throughout),
+// and no lease is left behind.
+func TestDrillSchedulerLeaderKilledInBurst(t *testing.T) {
+	ns := "e2e-drill-leader"
+	ensureNamespace(t, ns)
+	defer deleteNamespace(t, ns)
+	ctx := context.Background()
+	const pods = 200
+	for i := 0; i < pods; i++ {
+		createClaim(t, ns, fmt.Sprintf("c%d", i), 1)
+	}
+	// Sample the running pods' GPUs until the burst is over.
+	stopWatch := make(chan struct{})
+	watchDone := make(chan []string)
+	go func() {
+		var doubles []string
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopWatch:
+				watchDone <- doubles
+				return
+			case <-tick.C:
+			}
+			list, err := env.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			holder := map[int]string{}
+			for _, p := range list.Items {
+				if p.Status.Phase != corev1.PodRunning {
+					continue
+				}
+				for _, id := range chosenGPUs(&p) {
+					if other, ok := holder[id]; ok {
+						doubles = append(doubles, fmt.Sprintf("GPU %d: %s and %s", id, other, p.Name))
+					}
+					holder[id] = p.Name
+				}
+			}
+		}
+	}()
+	errs := make(chan error, pods)
+	var wg sync.WaitGroup
+	for i := 0; i < pods; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			p := claimPod(ns, fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i))
+			p.Spec.Containers[0].Command = []string{"sh", "-c", devScriptOnce + "; sleep 1"}
+			if _, err := env.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				errs <- err
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Kill the leader once the burst is under way.
+	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := env.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		bound := 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound >= 20, nil
+	})
+	lock, err := env.cs.CoordinationV1().Leases(releaseNS).Get(ctx, release, metav1.GetOptions{})
+	if err != nil || lock.Spec.HolderIdentity == nil {
+		t.Fatalf("reading the scheduler's leader-election lease %s/%s: %v", releaseNS, release, err)
+	}
+	leader, _, _ := strings.Cut(*lock.Spec.HolderIdentity, "_")
+	if err := env.cs.CoreV1().Pods(releaseNS).Delete(ctx, leader, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatalf("killing the leader pod %s: %v", leader, err)
+	}
+	t.Logf("killed the scheduler leader %s", leader)
+	var failed []string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := env.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		done := 0
+		failed = failed[:0]
+		for _, p := range list.Items {
+			switch p.Status.Phase {
+			case corev1.PodSucceeded:
+				done++
+			case corev1.PodFailed:
+				done++
+				failed = append(failed, fmt.Sprintf("%s (%s: %s)", p.Name, p.Status.Reason, p.Status.Message))
+			}
+		}
+		return done == pods, nil
+	})
+	close(stopWatch)
+	doubles := <-watchDone
+	if err != nil {
+		out, _ := kubectl(t, "get", "pods", "-n", ns, "-o", "wide")
+		t.Fatalf("not all %d pods finished after 10m:\n%s", pods, out)
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d pods failed: %v", len(failed), failed)
+	}
+	if len(doubles) > 0 {
+		t.Errorf("GPUs held by two running pods at once: %v", doubles)
+	}
+	list, err := env.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	swaps := 0
+	for _, p := range list.Items {
+		v, err := viewOf(t, ns, p.Name)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if want := chosenGPUs(&p); len(want) != 1 || !slices.Equal(v.minors, want) {
+			swaps++
+			t.Errorf("pod %s saw /dev/nvidia%v, the scheduler chose %v", p.Name, v.minors, want)
+		}
+	}
+	t.Logf("%d pods through a leader kill: %d double-held GPUs sampled, %d pods on other GPUs than chosen", pods, len(doubles), swaps)
+	assertNoLeakedLeases(t)
 }
