@@ -37,9 +37,9 @@ unit:
 	CGO_ENABLED=1 $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 	$(GO) -C hack/images test -count=1 ./...
 
-## test: everything CI runs: verify, unit tests, integration and acceptance tests, the simulator smoke run and the README walkthrough
+## test: everything CI runs: verify, unit tests, integration and acceptance tests, the simulator smoke run, the README walkthrough and the real-node tests (e2e-node: skipped with one line where the machine cannot host a node)
 .PHONY: test
-test: setup verify unit test-chart test-integration test-acceptance test-sim test-dev
+test: setup verify unit test-chart test-integration test-acceptance test-sim test-dev e2e-node
 
 ## setup: install the system packages the tests and the real node need and Go cannot build (Chromium, runc, CNI plugins, iptables, conntrack) when missing: as root with apt-get, else one line saying what to install
 .PHONY: setup
