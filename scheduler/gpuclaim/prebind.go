@@ -95,6 +95,7 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	shared := s.claim.Spec.Devices.Exclusivity == apiv1.Shared
 	taken, err := p.acquire(ctx, pod, nodeName, s.ids, shared)
 	s.leases = taken
+	leased := p.clock.Since(start)
 	var claimErr error
 	took := false
 	if claimDone != nil {
@@ -122,7 +123,7 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	}
 	// The leases are ours: record them in the ledger now rather than waiting for the informer.
 	p.ledger.add(pod.UID, nodeName, s.ids, shared, fromLease)
-	metrics.AllocationLatency.Observe(p.clock.Since(start).Seconds())
+	metrics.AllocationLatency.Observe(leased.Seconds())
 
 	if !took {
 		claimErr = p.takeClaim(ctx, s.claim, pod, phase, alloc, msg)
