@@ -17,7 +17,10 @@ import (
 // GetPreferredAllocation proposes the scheduler's IDs of the pod being prepared. The kubelet
 // may ask before this agent's informer has delivered the pod bound (the two watches are
 // separate): with no opinion the kubelet picks GPUs of its own, which Allocate must refuse, so a
-// request no pod can be proposed for is looked at again for up to UnallocatedWait.
+// request no pod can be proposed for is looked at again for up to UnallocatedWait. Only then
+// are pods already handed their GPUs proposed (a kubelet that lost its record of them): before,
+// such a pod that the kubelet has just finished, while this agent still sees it running, would
+// have its freed GPUs proposed for the pod being admitted, which are not that pod's.
 func (s *server) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	p := s.p
 	p.allocMu.Lock()
@@ -28,8 +31,9 @@ func (s *server) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 	}
 	deadline := time.Now().Add(p.cfg.UnallocatedWait)
 	for {
-		resp, complete, err := p.propose(ctx, req, sizes)
-		if err != nil || complete || !time.Now().Before(deadline) {
+		last := !time.Now().Before(deadline)
+		resp, complete, err := p.propose(ctx, req, sizes, last)
+		if err != nil || complete || last {
 			return resp, err
 		}
 		select {
@@ -41,8 +45,9 @@ func (s *server) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 }
 
 // propose answers req from the pods bound here now; complete is false when some container
-// request has no pod to propose.
-func (p *Plugin) propose(ctx context.Context, req *pluginapi.PreferredAllocationRequest, sizes []int) (*pluginapi.PreferredAllocationResponse, bool, error) {
+// request has no pod to propose. Pods already handed their GPUs are proposed only when
+// orTaken.
+func (p *Plugin) propose(ctx context.Context, req *pluginapi.PreferredAllocationRequest, sizes []int, orTaken bool) (*pluginapi.PreferredAllocationResponse, bool, error) {
 	cands, err := p.settled(ctx, sizes)
 	if err != nil {
 		return nil, false, fmt.Errorf("preferred allocation: %w", err)
@@ -58,7 +63,7 @@ func (p *Plugin) propose(ctx context.Context, req *pluginapi.PreferredAllocation
 		if err != nil {
 			return nil, false, fmt.Errorf("preferred allocation on node %q: %w", p.cfg.NodeName, err)
 		}
-		c := p.preferred(cands, available, must, int(creq.AllocationSize))
+		c := p.preferred(cands, available, must, int(creq.AllocationSize), orTaken)
 		if c == nil {
 			// No opinion: Allocate refuses whatever the kubelet picks unless it is exactly a
 			// pod's allocation, with an error naming the request.
@@ -108,6 +113,15 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			return nil, fmt.Errorf("allocate %s %s on node %q: no pod bound to this node has %s=%s:%s; "+
 				"the pod's GpuClaim or allocation is gone, or the pod was not scheduled by %s",
 				p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, apiv1.AnnotationAllocated, p.cfg.NodeName, apiv1.FormatIDs(ids), p.cfg.SchedulerName)
+		}
+		if p.isTaken(match.pod) {
+			// Handed once already: only a kubelet that lost its record asks again. While a pod
+			// of this size waits for its first GPUs, the request is more likely that pod's, and
+			// these GPUs are not its own.
+			if waiting := firstUntaken(p, cands, len(ids), match); waiting != nil {
+				return nil, fmt.Errorf("allocate %s %s on node %q: those GPUs were handed to pod %s/%s already, and pod %s/%s, not yet handed its own, may be the pod being admitted; refusing rather than give it GPUs %s chose for another pod",
+					p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, match.pod.Namespace, match.pod.Name, waiting.pod.Namespace, waiting.pod.Name, p.cfg.SchedulerName)
+			}
 		}
 		if other := contender(cands, match); other != nil {
 			return nil, fmt.Errorf("allocate %s %s on node %q: pods %s/%s and %s/%s, neither started, both carry an allocation of GPU %d; "+
@@ -182,6 +196,18 @@ func (p *Plugin) refuseUnallocated(suspects []unallocated, size int) error {
 		"so no pod is handed %d GPUs here until that pod is gone or refused (a GPU pod must name a GpuClaim and be placed by %s)",
 		size, p.cfg.ResourceName, p.cfg.NodeName, strings.Join(names, ", "), size, p.cfg.ResourceName, p.cfg.SchedulerName,
 		p.cfg.SchedulerName, size, p.cfg.SchedulerName)
+}
+
+// firstUntaken is a pod other than match, not started and not yet handed its GPUs, with an
+// allocation of size GPUs.
+func firstUntaken(p *Plugin, cands []candidate, size int, match *candidate) *candidate {
+	for i := range cands {
+		c := &cands[i]
+		if c.pod.UID != match.pod.UID && c.pod.Status.StartTime == nil && len(c.ids) == size && !p.isTaken(c.pod) {
+			return c
+		}
+	}
+	return nil
 }
 
 // contender is another pod, not started, whose allocation shares a GPU with match's: two such

@@ -761,3 +761,36 @@ func TestPodSeenLateByTheAgent(t *testing.T) {
 		n.finish(pod)
 	}
 }
+
+// The kubelet has finished a pod (its devices are free again) that this agent still sees
+// running, and admits the next pod before the agent sees that one bound: the freed GPUs of the
+// finished pod are not proposed for it (the old code did, in its second pass, and the new pod
+// got them: seen on the real node in a burst of 200 one-GPU pods).
+func TestFinishedPodSeenRunningByTheAgent(t *testing.T) {
+	n := newNode(t)
+	for i := range 10 {
+		done := n.bind(1, []int{i % len(n.gpus)}, time.Now())
+		n.mustGet(done, []int{i % len(n.gpus)})
+		// The kubelet lets go of it; the agent's informer has not heard yet.
+		n.mu.Lock()
+		delete(n.active, done.UID)
+		n.mu.Unlock()
+
+		want := []int{(i + 1) % len(n.gpus)}
+		next := n.bind(1, want, time.Now())
+		if err := n.pods.Delete(next); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			if err := n.pods.Add(next); err != nil {
+				t.Error(err)
+			}
+		}()
+		n.mustGet(next, want)
+		n.finish(next)
+		if err := n.pods.Delete(done); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

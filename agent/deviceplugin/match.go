@@ -157,8 +157,12 @@ func parseDeviceIDs(ids []string) ([]int, error) {
 
 // preferred picks the pod the kubelet is most likely preparing: the first bound, not yet
 // handed its GPUs, asking for size GPUs, all of them available and including mustInclude.
-func (p *Plugin) preferred(cands []candidate, available, mustInclude []int, size int) *candidate {
-	for pass := 0; pass < 2; pass++ {
+func (p *Plugin) preferred(cands []candidate, available, mustInclude []int, size int, orTaken bool) *candidate {
+	passes := 1
+	if orTaken {
+		passes = 2
+	}
+	for pass := 0; pass < passes; pass++ {
 		for i := range cands {
 			c := &cands[i]
 			// First pass: pods not yet handed their GPUs. Second pass: any (the kubelet
