@@ -384,9 +384,9 @@ func TestInUseByFromLeases(t *testing.T) {
 }
 
 // By default usage causes no write of its own for DefaultUsageWriteInterval after the last
-// write, whatever the liveness interval: with the interval tied to a 3-minute liveness, a burst
-// of pods made nearly every node of scale-5k write its status within the burst (the harness
-// writes any other change at once: MinWriteInterval -1).
+// write, whatever the liveness interval: tied to a liveness of a few minutes, a burst of pods
+// would make nearly every node write its status within the burst (the harness writes any other
+// change at once: MinWriteInterval -1).
 func TestInUseByWaitsForTheUsageInterval(t *testing.T) {
 	h := newHarnessWith(t, mock.PCIeNVLinkPairs, nvml.SUCCESS, func(c *agent.Config) {
 		c.HeartbeatInterval, c.StatusRefreshInterval = time.Minute, 2*time.Hour
