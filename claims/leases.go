@@ -1,0 +1,112 @@
+package claims
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+// GPULease is what a GPU lease says: the lock on GPU GPU of node Node (the lease named
+// apiv1.LeaseName(Node, GPU)), held by the pods Holders. Its labels carry the node and the GPU
+// (apiv1.LabelLeaseNode, apiv1.LabelLeaseGPU) so that the scheduler, the agent and kubectl gpu
+// can select a node's leases; its holderIdentity is one pod UID, or several comma-separated
+// when the GPU is Shared (apiv1.LabelLeaseShared).
+type GPULease struct {
+	Node    string
+	GPU     int
+	Shared  bool
+	Holders []types.UID
+}
+
+// ParseGPULease reads a GPU lease; ok is false for a lease that is none (no node label) or
+// that is malformed: a GPU label that is no ID in 0-apiv1.MaxGPUID, or no holderIdentity. A
+// malformed lease must make no component fail, so every reader skips it alike.
+func ParseGPULease(l *coordinationv1.Lease) (GPULease, bool) {
+	node := l.Labels[apiv1.LabelLeaseNode]
+	id, ok := GPUOf(l)
+	if node == "" || !ok || l.Spec.HolderIdentity == nil {
+		return GPULease{}, false
+	}
+	out := GPULease{Node: node, GPU: id, Shared: l.Labels[apiv1.LabelLeaseShared] == "true"}
+	for _, h := range ParseHolders(*l.Spec.HolderIdentity) {
+		out.Holders = append(out.Holders, types.UID(h))
+	}
+	return out, true
+}
+
+// GPUOf reads the GPU ID from a lease's apiv1.LabelLeaseGPU label; ok is false when it is no
+// ID in 0-apiv1.MaxGPUID.
+func GPUOf(l *coordinationv1.Lease) (int, bool) {
+	s := l.Labels[apiv1.LabelLeaseGPU]
+	if s == "" || len(s) > len(strconv.Itoa(apiv1.MaxGPUID)) {
+		return 0, false
+	}
+	id, err := strconv.Atoi(s)
+	if err != nil || id < 0 || id > apiv1.MaxGPUID {
+		return 0, false
+	}
+	return id, true
+}
+
+// ParseHolders splits a GPU lease's holderIdentity: one pod UID, or several comma-separated
+// for a Shared GPU. Empty entries and surrounding spaces are dropped.
+func ParseHolders(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// FormatHolders is the holderIdentity of a GPU lease held by uids (ParseHolders' inverse).
+func FormatHolders(uids []types.UID) string {
+	parts := make([]string, len(uids))
+	for i, u := range uids {
+		parts[i] = string(u)
+	}
+	return strings.Join(parts, ",")
+}
+
+// IsLiveness reports whether a lease is a node agent's liveness lease (apiv1.LabelAgentLiveness);
+// such a lease is never a GPU lease.
+func IsLiveness(l *coordinationv1.Lease) bool {
+	_, ok := l.Labels[apiv1.LabelAgentLiveness]
+	return ok
+}
+
+// ParseLiveness reads a node agent's liveness lease (apiv1.AgentLeaseName): the node whose
+// agent holds it and when the agent last renewed it. obj may be a cache tombstone. For what is
+// no liveness lease at all (another object, no holder, a name not ending in -agent) node is
+// empty and err nil. A lease whose holder is not the node its name says is no sign of life of
+// any node: node is empty and err says why. The agents' admission policy binds each agent to
+// the lease named after its own node; the holder is checked here so that one node's agent
+// cannot keep another node alive through it.
+func ParseLiveness(obj any) (node string, renewed time.Time, err error) {
+	if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+		obj = t.Obj
+	}
+	l, isLease := obj.(*coordinationv1.Lease)
+	if !isLease || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return "", time.Time{}, nil
+	}
+	if !strings.HasSuffix(l.Name, "-agent") {
+		return "", time.Time{}, nil // not a liveness lease's name (apiv1.AgentLeaseName)
+	}
+	holder := *l.Spec.HolderIdentity
+	if want, err := apiv1.AgentLeaseName(holder); err != nil || want != l.Name {
+		return "", time.Time{}, fmt.Errorf("liveness lease %s/%s is held by %q, which is not the node its name says; it is ignored", l.Namespace, l.Name, holder)
+	}
+	if l.Spec.RenewTime != nil {
+		renewed = l.Spec.RenewTime.Time
+	}
+	return holder, renewed, nil
+}

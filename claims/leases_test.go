@@ -1,0 +1,111 @@
+package claims
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+)
+
+func gpuLease(labels map[string]string, holder *string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-system", Name: "gpu-n1-3", Labels: labels},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: holder}}
+}
+
+func TestParseGPULease(t *testing.T) {
+	ok := map[string]string{apiv1.LabelLeaseNode: "n1", apiv1.LabelLeaseGPU: "3"}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{}
+		for k, v := range ok {
+			m[k] = v
+		}
+		m[k] = v
+		return m
+	}
+	for _, tc := range []struct {
+		desc   string
+		lease  *coordinationv1.Lease
+		want   GPULease
+		wantOK bool
+	}{
+		{desc: "exclusive", lease: gpuLease(ok, ptr.To("u1")), want: GPULease{Node: "n1", GPU: 3, Holders: []types.UID{"u1"}}, wantOK: true},
+		{desc: "shared", lease: gpuLease(with(apiv1.LabelLeaseShared, "true"), ptr.To("u1,u2")),
+			want: GPULease{Node: "n1", GPU: 3, Shared: true, Holders: []types.UID{"u1", "u2"}}, wantOK: true},
+		{desc: "empty entries and spaces dropped", lease: gpuLease(ok, ptr.To(" u1,,u2 ,")),
+			want: GPULease{Node: "n1", GPU: 3, Holders: []types.UID{"u1", "u2"}}, wantOK: true},
+		{desc: "empty holder: a lease with no pod", lease: gpuLease(ok, ptr.To("")), want: GPULease{Node: "n1", GPU: 3}, wantOK: true},
+		{desc: "no holder", lease: gpuLease(ok, nil)},
+		{desc: "no node label", lease: gpuLease(map[string]string{apiv1.LabelLeaseGPU: "3"}, ptr.To("u1"))},
+		{desc: "no GPU label", lease: gpuLease(map[string]string{apiv1.LabelLeaseNode: "n1"}, ptr.To("u1"))},
+		{desc: "GPU not a number", lease: gpuLease(with(apiv1.LabelLeaseGPU, "x"), ptr.To("u1"))},
+		{desc: "negative GPU", lease: gpuLease(with(apiv1.LabelLeaseGPU, "-1"), ptr.To("u1"))},
+		{desc: "GPU past MaxGPUID", lease: gpuLease(with(apiv1.LabelLeaseGPU, strconv.Itoa(apiv1.MaxGPUID+1)), ptr.To("u1"))},
+		{desc: "GPU MaxGPUID", lease: gpuLease(with(apiv1.LabelLeaseGPU, strconv.Itoa(apiv1.MaxGPUID)), ptr.To("u1")),
+			want: GPULease{Node: "n1", GPU: apiv1.MaxGPUID, Holders: []types.UID{"u1"}}, wantOK: true},
+		{desc: "huge GPU", lease: gpuLease(with(apiv1.LabelLeaseGPU, "99999999999999999999999"), ptr.To("u1"))},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			got, ok := ParseGPULease(tc.lease)
+			if ok != tc.wantOK || got.Node != tc.want.Node || got.GPU != tc.want.GPU || got.Shared != tc.want.Shared || !slices.Equal(got.Holders, tc.want.Holders) {
+				t.Errorf("ParseGPULease = %+v, %v; want %+v, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestHoldersRoundTrip(t *testing.T) {
+	uids := []types.UID{"a", "b", "c"}
+	s := FormatHolders(uids)
+	if s != "a,b,c" {
+		t.Fatalf("FormatHolders = %q, want a,b,c", s)
+	}
+	if got := ParseHolders(s); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("ParseHolders(%q) = %q", s, got)
+	}
+	if got := ParseHolders(""); got != nil {
+		t.Errorf("ParseHolders(\"\") = %q, want none", got)
+	}
+}
+
+func TestParseLiveness(t *testing.T) {
+	renewed := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	live := func(name string, holder *string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-system", Name: name, Labels: map[string]string{apiv1.LabelAgentLiveness: apiv1.SchedulerName}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: holder, RenewTime: &metav1.MicroTime{Time: renewed}},
+		}
+	}
+	for _, tc := range []struct {
+		desc    string
+		obj     any
+		node    string
+		renewed time.Time
+		err     bool
+	}{
+		{desc: "own node", obj: live("gpu-n1-agent", ptr.To("n1")), node: "n1", renewed: renewed},
+		{desc: "tombstone", obj: cache.DeletedFinalStateUnknown{Key: "k", Obj: live("gpu-n1-agent", ptr.To("n1"))}, node: "n1", renewed: renewed},
+		{desc: "another node's lease", obj: live("gpu-n1-agent", ptr.To("n2")), err: true},
+		{desc: "no holder", obj: live("gpu-n1-agent", nil)},
+		{desc: "empty holder", obj: live("gpu-n1-agent", ptr.To(""))},
+		{desc: "a GPU lease's name", obj: live("gpu-n1-3", ptr.To("n1"))},
+		{desc: "no lease", obj: "x"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			node, got, err := ParseLiveness(tc.obj)
+			if node != tc.node || !got.Equal(tc.renewed) || (err != nil) != tc.err {
+				t.Errorf("ParseLiveness = %q, %v, %v; want %q, %v, error %v", node, got, err, tc.node, tc.renewed, tc.err)
+			}
+		})
+	}
+	if l := live("gpu-n1-agent", ptr.To("n1")); !IsLiveness(l) || IsLiveness(gpuLease(nil, nil)) {
+		t.Error("IsLiveness tells a liveness lease from a GPU lease wrongly")
+	}
+}
