@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // EnvMode selects which environment variables the webhook points at the allocated GPU IDs.
@@ -106,16 +107,7 @@ func replacedWarning(field string, i, j int, name string) string {
 // release's pods alone). Pods of the scheduler without a claim get the variables too; they
 // resolve to "" (no GPU) because the scheduler allocates nothing for them.
 func WantsGPUs(pod *corev1.Pod, schedulerName string) bool {
-	if _, ok := pod.Annotations[gpuv1.AnnotationClaim]; ok {
-		return true
-	}
-	if _, ok := pod.Annotations[gpuv1.AnnotationClaimTemplate]; ok {
-		return true
-	}
-	if schedulerName == "" {
-		schedulerName = gpuv1.SchedulerName
-	}
-	return pod.Spec.SchedulerName == schedulerName
+	return namesClaim(pod) || claims.ScheduledBy(pod.Spec.SchedulerName, schedulerName)
 }
 
 // Mutation is what the webhook does to one pod.

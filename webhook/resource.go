@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // GPUCounter tells how many GPUs a pod holds: the count of its GpuClaim (or of the
@@ -69,9 +70,8 @@ func (rc *ResourceConfig) checkEphemeral(ctx context.Context, oldPod, pod *corev
 
 // namesClaim reports whether the pod names a GpuClaim or a GpuClaimTemplate.
 func namesClaim(pod *corev1.Pod) bool {
-	_, claim := pod.Annotations[gpuv1.AnnotationClaim]
-	_, tmpl := pod.Annotations[gpuv1.AnnotationClaimTemplate]
-	return claim || tmpl
+	_, ok := claims.Name(pod)
+	return ok
 }
 
 // ResourcePatch gives the first app container a request and limit of count GPUs of resource

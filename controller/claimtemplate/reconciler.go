@@ -19,7 +19,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -27,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // Event reasons on the pod.
@@ -57,10 +57,7 @@ func (r *Reconciler) ours(pod *corev1.Pod) bool {
 // wantsClaim reports whether the controller makes a claim for the pod: it names a template and
 // no claim, and is neither finished nor being deleted (a pod on its way out needs no GPUs).
 func wantsClaim(pod *corev1.Pod) (string, bool) {
-	if _, named := pod.Annotations[apiv1.AnnotationClaim]; named {
-		return "", false
-	}
-	template, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]
+	template, ok := claims.Template(pod)
 	if !ok || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return "", false
 	}
@@ -91,13 +88,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	err = r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, existing)
 	switch {
 	case err == nil:
-		if ref := metav1.GetControllerOf(existing); ref != nil && ref.Kind == "Pod" && ref.Name == pod.Name && ref.UID != pod.UID {
+		if claims.IsOfEarlierPod(existing, pod) {
 			// The claim of an earlier pod of the same name (a StatefulSet pod deleted and made
 			// again): the garbage collector deletes it, and its delete event brings this pod back.
 			logger.V(2).Info("Waiting for the claim of the previous pod of this name to go", "claim", klog.KObj(existing))
 			return reconcile.Result{}, nil
 		}
-		if !controlledBy(existing, pod) {
+		if !claims.IsOwnedBy(existing, pod) {
 			r.warn(pod, ReasonClaimNameTaken, "GpuClaim %s/%s for GpuClaimTemplate %q exists and is not owned by this pod; it is not taken over: delete or rename it", pod.Namespace, name, template)
 		}
 		return reconcile.Result{}, nil
@@ -145,13 +142,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // gang's members are held back until all their claims exist, so those are made here, before
 // scheduling). A bound pod whose claim was deleted by hand gets it made again here.
 func (r *Reconciler) schedulerMakesClaim(pod *corev1.Pod, tmpl *apiv1.GpuClaimTemplate) bool {
-	return pod.Spec.SchedulerName == r.schedulerName && pod.Spec.NodeName == "" && tmpl.Spec.Spec.GangRef == ""
-}
-
-// controlledBy reports whether pod is the claim's controller owner.
-func controlledBy(claim metav1.Object, pod *corev1.Pod) bool {
-	ref := metav1.GetControllerOf(claim)
-	return ref != nil && ref.Kind == "Pod" && ref.UID == pod.UID
+	return claims.ScheduledBy(pod.Spec.SchedulerName, r.schedulerName) && pod.Spec.NodeName == "" && tmpl.Spec.Spec.GangRef == ""
 }
 
 func (r *Reconciler) warn(pod *corev1.Pod, reason, format string, args ...any) {

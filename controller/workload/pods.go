@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // podName is the name of attempt a of replica i: "<workload>-<i>-<a>". Every retry gets a new
@@ -114,14 +115,8 @@ func newClaim(gw *apiv1.GpuWorkload, pod *corev1.Pod, index, attempt int32) *api
 // the one the claim-template controller makes for it (claim.templateName), whose name
 // apiv1.ClaimNameForPod fixes.
 func podClaimName(pod *corev1.Pod) string {
-	if name, ok := pod.Annotations[apiv1.AnnotationClaim]; ok {
-		return name
-	}
-	if t := pod.Annotations[apiv1.AnnotationClaimTemplate]; t != "" {
-		name, _ := apiv1.ClaimNameForPod(pod.Name, t) // pod and template names are never empty here
-		return name
-	}
-	return ""
+	name, _ := claims.Name(pod)
+	return name
 }
 
 // podAllocation reads the node and GPU IDs the scheduler gave a pod.

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // Reasons of failures, events and the failed-workloads metric.
@@ -347,7 +348,7 @@ func (r *Reconciler) ensureClaims(ctx context.Context, gw *apiv1.GpuWorkload, re
 		cur := apiv1.ClaimMetadata()
 		err := r.client.Get(ctx, crclient.ObjectKey{Namespace: p.Namespace, Name: name}, cur)
 		if err == nil {
-			if metav1.IsControlledBy(cur, p) {
+			if claims.IsOwnedBy(cur, p) {
 				continue
 			}
 			// The claim of an earlier pod of the same name, not yet collected: replace it.
