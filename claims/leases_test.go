@@ -109,3 +109,16 @@ func TestParseLiveness(t *testing.T) {
 		t.Error("IsLiveness tells a liveness lease from a GPU lease wrongly")
 	}
 }
+
+func FuzzParseHolders(f *testing.F) {
+	for _, s := range []string{"", "a", "a,b", " , ,", "uid-1,uid-2,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, h := range ParseHolders(s) {
+			if h == "" || h[0] == ' ' || h[len(h)-1] == ' ' {
+				t.Fatalf("ParseHolders(%q) gave %q", s, h)
+			}
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // deviceID is the kubelet's name for GPU index: the index itself, so that the kubelet's view
@@ -93,7 +94,7 @@ func (p *Plugin) candidates() ([]candidate, []unallocated, error) {
 
 // allocation is pod's allocation on this node by our scheduler, or why it has none.
 func (p *Plugin) allocation(pod *corev1.Pod) (apiv1.Allocation, string) {
-	if pod.Spec.SchedulerName != p.cfg.SchedulerName {
+	if !claims.ScheduledBy(pod.Spec.SchedulerName, p.cfg.SchedulerName) {
 		return apiv1.Allocation{}, fmt.Sprintf("it was not scheduled by %s (spec.schedulerName %q)", p.cfg.SchedulerName, pod.Spec.SchedulerName)
 	}
 	v, ok := pod.Annotations[apiv1.AnnotationAllocated]

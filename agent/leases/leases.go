@@ -5,8 +5,6 @@ package leases
 import (
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -18,6 +16,7 @@ import (
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // ByNode is the name of the index from node name to its GPU leases.
@@ -67,8 +66,8 @@ func NodeOf(obj any) string {
 	return ""
 }
 
-// Holders maps each GPU ID of node to the sorted pod UIDs holding it. Leases with an
-// unreadable GPU label are skipped: a malformed lease must not make the agent fail.
+// Holders maps each GPU ID of node to the sorted pod UIDs holding it. Malformed leases are
+// skipped (claims.ParseGPULease): a malformed lease must not make the agent fail.
 func Holders(indexer cache.Indexer, node string) map[int][]string {
 	objs, err := indexer.ByIndex(ByNode, node)
 	if err != nil || len(objs) == 0 {
@@ -80,42 +79,19 @@ func Holders(indexer cache.Indexer, node string) map[int][]string {
 		if !ok {
 			continue
 		}
-		id, ok := GPUOf(l)
-		if !ok || l.Spec.HolderIdentity == nil {
+		ref, ok := claims.ParseGPULease(l)
+		if !ok {
 			continue
 		}
-		out[id] = append(out[id], ParseHolders(*l.Spec.HolderIdentity)...)
+		for _, uid := range ref.Holders {
+			out[ref.GPU] = append(out[ref.GPU], string(uid))
+		}
 	}
 	for id, uids := range out {
 		slices.Sort(uids)
 		out[id] = slices.Compact(uids)
 		if len(out[id]) == 0 {
 			delete(out, id)
-		}
-	}
-	return out
-}
-
-// GPUOf reads the GPU ID from the lease's label.
-func GPUOf(l *coordinationv1.Lease) (int, bool) {
-	s := l.Labels[apiv1.LabelLeaseGPU]
-	if s == "" || len(s) > 4 {
-		return 0, false
-	}
-	id, err := strconv.Atoi(s)
-	if err != nil || id < 0 {
-		return 0, false
-	}
-	return id, true
-}
-
-// ParseHolders splits a holderIdentity: one pod UID, or several comma-separated for Shared
-// GPUs. Empty entries and surrounding spaces are dropped.
-func ParseHolders(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
 		}
 	}
 	return out

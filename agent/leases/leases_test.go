@@ -47,16 +47,3 @@ func TestHolders(t *testing.T) {
 		t.Errorf("Holders(n3) = %v, want none", got)
 	}
 }
-
-func FuzzParseHolders(f *testing.F) {
-	for _, s := range []string{"", "a", "a,b", " , ,", "uid-1,uid-2,"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		for _, h := range leases.ParseHolders(s) {
-			if h == "" || h[0] == ' ' || h[len(h)-1] == ' ' {
-				t.Fatalf("ParseHolders(%q) gave %q", s, h)
-			}
-		}
-	})
-}
