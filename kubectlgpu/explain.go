@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim"
 )
 
@@ -112,7 +113,7 @@ func Explain(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface,
 			return nil, fmt.Errorf("reading pod %s/%s: %w", ns, name, err)
 		}
 		pod = p
-		cn, ok := gpuclaim.ClaimOfPod(p)
+		cn, ok := claims.Name(p)
 		if !ok {
 			return nil, fmt.Errorf("pod %s/%s asks for no GPUs: it has neither a %s nor a %s annotation", ns, name, apiv1.AnnotationClaim, apiv1.AnnotationClaimTemplate)
 		}
@@ -164,8 +165,8 @@ func Explain(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface,
 // GpuClaimTemplate (not a gang's: gpu-controller makes those first); nil when the pod names
 // none or the template cannot be read.
 func claimFromTemplate(ctx context.Context, dc dynamic.Interface, pod *corev1.Pod) *apiv1.GpuClaim {
-	template, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]
-	if _, named := pod.Annotations[apiv1.AnnotationClaim]; !ok || named {
+	template, ok := claims.Template(pod)
+	if !ok {
 		return nil
 	}
 	tmpl, err := getCustom[apiv1.GpuClaimTemplate](ctx, dc, "gpuclaimtemplates", pod.Namespace, template)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim"
 )
@@ -119,19 +120,21 @@ func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools 
 	holders := map[string]map[int][]string{}
 	renewed := map[string]*metav1.Time{}
 	for _, l := range leases {
-		if _, live := l.Labels[apiv1.LabelAgentLiveness]; live {
-			if h := l.Spec.HolderIdentity; h != nil && l.Spec.RenewTime != nil {
-				if prev := renewed[*h]; prev == nil || l.Spec.RenewTime.After(prev.Time) {
-					renewed[*h] = &metav1.Time{Time: l.Spec.RenewTime.Time}
+		if claims.IsLiveness(&l) {
+			// Read as the scheduler reads it: a lease held by another node than its name says
+			// keeps no node alive.
+			if node, at, err := claims.ParseLiveness(&l); err == nil && node != "" && l.Spec.RenewTime != nil {
+				if prev := renewed[node]; prev == nil || at.After(prev.Time) {
+					renewed[node] = &metav1.Time{Time: at}
 				}
 			}
 			continue
 		}
-		node := l.Labels[apiv1.LabelLeaseNode]
-		id, err := strconv.Atoi(l.Labels[apiv1.LabelLeaseGPU])
-		if node == "" || err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		ref, ok := claims.ParseGPULease(&l)
+		if !ok || len(ref.Holders) == 0 {
 			continue
 		}
+		node, id := ref.Node, ref.GPU
 		who := l.Labels[apiv1.LabelPodNamespace] + "/" + l.Labels[apiv1.LabelPodName]
 		if l.Labels[apiv1.LabelPodName] == "" {
 			who = *l.Spec.HolderIdentity

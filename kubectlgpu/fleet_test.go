@@ -162,3 +162,18 @@ func TestBuildReadsLivenessLeases(t *testing.T) {
 		}
 	}
 }
+
+// A liveness lease held by another node than its name says keeps no node alive in the
+// scheduler (claims.ParseLiveness), so kubectl gpu shows no renewal from it either.
+func TestBuildIgnoresLivenessLeaseOfAnotherNode(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	n2 := node("n2", dev(0, "a", apiv1.Healthy))
+	spoof := coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-n1-agent", Labels: map[string]string{apiv1.LabelAgentLiveness: apiv1.SchedulerName}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("n2"), RenewTime: &metav1.MicroTime{Time: now}},
+	}
+	nodes := Build([]apiv1.GpuNodeStatus{n2}, []coordinationv1.Lease{spoof}, nil)
+	if len(nodes) != 1 || nodes[0].Renewed != nil {
+		t.Fatalf("nodes = %+v, want n2 with no renewal: lease %s names n1", nodes, spoof.Name)
+	}
+}

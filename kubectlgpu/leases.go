@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // LeaseView is one GPU lease and, when it is provably stale, why.
@@ -61,8 +61,8 @@ func Staleness(l *coordinationv1.Lease, get podLookup) (string, error) {
 	if err != nil {
 		return "", nil
 	}
-	id, err := strconv.Atoi(l.Labels[apiv1.LabelLeaseGPU])
-	if err != nil {
+	id, ok := claims.GPUOf(l)
+	if !ok {
 		return "", nil
 	}
 	if a.Node != l.Labels[apiv1.LabelLeaseNode] || !slices.Contains(a.IDs, id) {
