@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -237,13 +238,20 @@ func createDeployment(ctx context.Context, name string, n int, template string) 
 
 func rolloutDeployment(ctx context.Context, name string) error {
 	st := state(ctx)
-	d, err := st.suite.kube.AppsV1().Deployments(st.ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	// The Deployment controller writes the object too (its status): retry on a conflict, as
+	// kubectl does.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := st.suite.kube.AppsV1().Deployments(st.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Spec.Template.Annotations == nil {
+			d.Spec.Template.Annotations = map[string]string{}
+		}
+		d.Spec.Template.Annotations["rollout"] = "2"
+		_, err = st.suite.kube.AppsV1().Deployments(st.ns).Update(ctx, d, metav1.UpdateOptions{})
 		return err
-	}
-	d.Spec.Template.Annotations["rollout"] = "2"
-	_, err = st.suite.kube.AppsV1().Deployments(st.ns).Update(ctx, d, metav1.UpdateOptions{})
-	return err
+	})
 }
 
 // controllerPods lists the live pods of a Job or a Deployment.
