@@ -35,8 +35,14 @@ func ParseGPULease(l *coordinationv1.Lease) (GPULease, bool) {
 		return GPULease{}, false
 	}
 	out := GPULease{Node: node, GPU: id, Shared: l.Labels[apiv1.LabelLeaseShared] == "true"}
-	for _, h := range ParseHolders(*l.Spec.HolderIdentity) {
-		out.Holders = append(out.Holders, types.UID(h))
+	// Every GPU lease event of the scheduler's informer comes through here: the holders are
+	// cut out of holderIdentity without a slice of strings in between.
+	for rest, more := *l.Spec.HolderIdentity, true; more; {
+		var h string
+		h, rest, more = strings.Cut(rest, ",")
+		if h = strings.TrimSpace(h); h != "" {
+			out.Holders = append(out.Holders, types.UID(h))
+		}
 	}
 	return out, true
 }

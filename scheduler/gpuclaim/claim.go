@@ -8,47 +8,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
-// claimName returns the claim a pod names, if any: the one its claim annotation names, or else
-// the one made for it from the template its claim-template annotation names
-// (apiv1.ClaimNameForPod; made by this plugin at PreBind, or by gpu-controller: template.go). An empty template name gives an empty claim name, which
-// PreFilter reports.
-func claimName(pod *v1.Pod) (string, bool) {
-	if name, ok := pod.Annotations[apiv1.AnnotationClaim]; ok {
-		return name, true
-	}
-	template, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]
-	if !ok {
-		return "", false
-	}
-	name, err := apiv1.ClaimNameForPod(pod.Name, template)
-	if err != nil {
-		return "", true
-	}
-	return name, true
-}
+// claimName is the claim a pod uses and whether it names one (claims.Name): made by this
+// plugin at PreBind, or by gpu-controller, from its template (template.go). An empty template
+// name gives an empty claim name, which PreFilter reports.
+func claimName(pod *v1.Pod) (string, bool) { return claims.Name(pod) }
 
 // templateOf returns the claim template a pod names when it names no claim directly.
-func templateOf(pod *v1.Pod) (string, bool) {
-	if _, ok := pod.Annotations[apiv1.AnnotationClaim]; ok {
-		return "", false
-	}
-	t, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]
-	return t, ok
-}
+func templateOf(pod *v1.Pod) (string, bool) { return claims.Template(pod) }
 
-// ownedBy reports whether the pod is the controller owner of the claim: a claim made from a
-// template serves only the pod it was made for, never one that happens to have the same name.
-func ownedBy(claim *apiv1.GpuClaim, pod *v1.Pod) bool {
-	for _, ref := range claim.OwnerReferences {
-		if ref.Controller != nil && *ref.Controller && ref.Kind == "Pod" && ref.UID == pod.UID {
-			return true
-		}
-	}
-	return false
-}
+// ownedBy reports whether the pod is the controller owner of the claim (claims.IsOwnedBy).
+func ownedBy(claim *apiv1.GpuClaim, pod *v1.Pod) bool { return claims.IsOwnedBy(claim, pod) }
 
 // podRequest reads the claim a pod names and turns it into a request, pinned to the pod's
 // scheduling map entry if it has one. named is false when the pod names no claim; err is set

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // Snapshot is the cluster state the plugin's informers would hold, read once by a client that
@@ -138,12 +139,8 @@ func (r DryRunResult) Summary() []ReasonCount {
 	return out
 }
 
-// ClaimOfPod is the name of the GpuClaim a pod uses (named directly or made from a template);
-// ok is false when the pod asks for no GPUs.
-func ClaimOfPod(pod *v1.Pod) (name string, ok bool) { return claimName(pod) }
-
 func isTemplated(pod *v1.Pod) bool {
-	_, ok := templateOf(pod)
+	_, ok := claims.Template(pod)
 	return ok
 }
 

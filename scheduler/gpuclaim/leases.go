@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
@@ -43,20 +44,11 @@ type leaseRef struct {
 	shared  bool
 }
 
-// parseLease reads a GPU lease; ok is false for leases that are not ours or are malformed.
+// parseLease reads a GPU lease (claims.ParseGPULease); ok is false for leases that are not ours
+// or are malformed.
 func parseLease(l *coordinationv1.Lease) (leaseRef, bool) {
-	node := l.Labels[apiv1.LabelLeaseNode]
-	id, err := strconv.Atoi(l.Labels[apiv1.LabelLeaseGPU])
-	if node == "" || err != nil || id < 0 || id > apiv1.MaxGPUID || l.Spec.HolderIdentity == nil {
-		return leaseRef{}, false
-	}
-	ref := leaseRef{node: node, gpu: id, shared: l.Labels[apiv1.LabelLeaseShared] == "true"}
-	for _, h := range strings.Split(*l.Spec.HolderIdentity, ",") {
-		if h != "" {
-			ref.holders = append(ref.holders, types.UID(h))
-		}
-	}
-	return ref, true
+	g, ok := claims.ParseGPULease(l)
+	return leaseRef{node: g.Node, gpu: g.GPU, holders: g.Holders, shared: g.Shared}, ok
 }
 
 func leaseHolders(obj any) ([]string, error) {

@@ -2,8 +2,6 @@ package gpuclaim
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -14,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // The node agents' liveness Leases (apiv1.AgentLeaseName) say which agents live: an agent
@@ -58,26 +57,9 @@ func livenessOf(obj any) (node string, renewed time.Time, ok bool) {
 }
 
 // livenessOfErr is livenessOf with the reason a lease is refused; node is empty and err nil for
-// what is no liveness lease at all.
+// what is no liveness lease at all (claims.ParseLiveness).
 func livenessOfErr(obj any) (node string, renewed time.Time, err error) {
-	if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
-		obj = t.Obj
-	}
-	l, isLease := obj.(*coordinationv1.Lease)
-	if !isLease || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-		return "", time.Time{}, nil
-	}
-	if !strings.HasSuffix(l.Name, "-agent") {
-		return "", time.Time{}, nil // not a liveness lease's name (apiv1.AgentLeaseName)
-	}
-	holder := *l.Spec.HolderIdentity
-	if want, err := apiv1.AgentLeaseName(holder); err != nil || want != l.Name {
-		return "", time.Time{}, fmt.Errorf("liveness lease %s/%s is held by %q, which is not the node its name says; it is ignored", l.Namespace, l.Name, holder)
-	}
-	if l.Spec.RenewTime != nil {
-		renewed = l.Spec.RenewTime.Time
-	}
-	return holder, renewed, nil
+	return claims.ParseLiveness(obj)
 }
 
 // livenessHandler keeps the ledger's renewals, and sends the waiting pods back to the queue
