@@ -104,3 +104,26 @@ func TestScheduledBy(t *testing.T) {
 		}
 	}
 }
+
+func TestJudgeExisting(t *testing.T) {
+	pod := podWith("p", nil)
+	ref := func(kind, name string, uid types.UID) *apiv1.GpuClaim {
+		return &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "v1", Kind: kind, Name: name, UID: uid, Controller: ptr.To(true)}}}}
+	}
+	for _, tc := range []struct {
+		desc  string
+		claim *apiv1.GpuClaim
+		want  Existing
+	}{
+		{desc: "own", claim: ref("Pod", "p", pod.UID), want: ExistingOwn},
+		{desc: "earlier pod of the name", claim: ref("Pod", "p", "earlier"), want: ExistingOfEarlierPod},
+		{desc: "another pod", claim: ref("Pod", "q", "other"), want: ExistingForeign},
+		{desc: "another kind", claim: ref("GpuWorkload", "p", "w"), want: ExistingForeign},
+		{desc: "made by hand", claim: &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, want: ExistingForeign},
+	} {
+		if got := JudgeExisting(tc.claim, pod); got != tc.want {
+			t.Errorf("%s: JudgeExisting = %v, want %v", tc.desc, got, tc.want)
+		}
+	}
+}

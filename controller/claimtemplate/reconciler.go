@@ -88,13 +88,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	err = r.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, existing)
 	switch {
 	case err == nil:
-		if claims.IsOfEarlierPod(existing, pod) {
-			// The claim of an earlier pod of the same name (a StatefulSet pod deleted and made
-			// again): the garbage collector deletes it, and its delete event brings this pod back.
+		switch claims.JudgeExisting(existing, pod) {
+		case claims.ExistingOfEarlierPod:
+			// A StatefulSet pod deleted and made again: the garbage collector deletes the
+			// earlier pod's claim, and its delete event brings this pod back.
 			logger.V(2).Info("Waiting for the claim of the previous pod of this name to go", "claim", klog.KObj(existing))
-			return reconcile.Result{}, nil
-		}
-		if !claims.IsOwnedBy(existing, pod) {
+		case claims.ExistingForeign:
 			r.warn(pod, ReasonClaimNameTaken, "GpuClaim %s/%s for GpuClaimTemplate %q exists and is not owned by this pod; it is not taken over: delete or rename it", pod.Namespace, name, template)
 		}
 		return reconcile.Result{}, nil

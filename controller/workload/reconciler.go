@@ -348,14 +348,15 @@ func (r *Reconciler) ensureClaims(ctx context.Context, gw *apiv1.GpuWorkload, re
 		cur := apiv1.ClaimMetadata()
 		err := r.client.Get(ctx, crclient.ObjectKey{Namespace: p.Namespace, Name: name}, cur)
 		if err == nil {
-			if claims.IsOwnedBy(cur, p) {
+			switch claims.JudgeExisting(cur, p) {
+			case claims.ExistingOwn:
 				continue
+			case claims.ExistingOfEarlierPod:
+				// The garbage collector deletes it with that pod (claims.Existing).
+				return fmt.Errorf("GpuClaim %s/%s belongs to an earlier pod of the same name; waiting for the garbage collector to delete it", cur.Namespace, cur.Name)
+			default:
+				return fmt.Errorf("GpuClaim %s/%s exists and is not owned by pod %s; it is not taken over: delete or rename it", cur.Namespace, cur.Name, p.Name)
 			}
-			// The claim of an earlier pod of the same name, not yet collected: replace it.
-			if err := r.client.Delete(ctx, cur, crclient.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return fmt.Errorf("deleting stale GpuClaim %s/%s: %w", cur.Namespace, cur.Name, err)
-			}
-			return fmt.Errorf("GpuClaim %s/%s belongs to an earlier pod; waiting for it to go", cur.Namespace, cur.Name)
 		}
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("reading GpuClaim %s/%s: %w", p.Namespace, name, err)

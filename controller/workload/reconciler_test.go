@@ -470,3 +470,24 @@ func TestWorkloadOfAnotherReleaseIsLeftAlone(t *testing.T) {
 		t.Errorf("replica of the gpu-canary release asks for scheduler %q", pod.Spec.SchedulerName)
 	}
 }
+
+// A claim of a replica pod's name that the pod does not own (made by hand) is never deleted or
+// taken over (claims.Existing): the reconcile says why the replica waits.
+func TestClaimOfThePodsNameNotOwnedIsLeftAlone(t *testing.T) {
+	e := newEnv(t, inlineSpec(1, 1, 4))
+	mine := &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train-0-0"}, Spec: apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}}
+	if err := e.c.Create(context.Background(), mine); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: e.key})
+	if err == nil || !strings.Contains(err.Error(), "not owned by pod train-0-0") {
+		t.Fatalf("Reconcile error %v, want one saying the claim is not the pod's", err)
+	}
+	got := &apiv1.GpuClaim{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "train-0-0"}, got); err != nil {
+		t.Fatalf("the user's claim is gone: %v", err)
+	}
+	if got.UID != mine.UID || len(got.OwnerReferences) != 0 || got.Spec.Devices.Count != 1 {
+		t.Fatalf("the user's claim was changed: %+v", got)
+	}
+}

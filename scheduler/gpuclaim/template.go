@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // Claims made from GpuClaimTemplates. A pod of this scheduler that names a template and whose
@@ -43,10 +44,10 @@ func (p *Plugin) claimFromTemplate(pod *v1.Pod, template string) (claim *apiv1.G
 // makeClaim creates the claim PreFilter placed the pod with. A claim of that name made
 // meanwhile (by an earlier attempt for this pod, or by gpu-controller) is used if it is the
 // pod's own and asks for the same GPUs; otherwise the attempt fails and the next one reads the
-// claim that is there.
+// claim that is there (claims.Existing: every writer of a pod's claim follows that policy).
 func (p *Plugin) makeClaim(ctx context.Context, pod *v1.Pod, want *apiv1.GpuClaim) (*apiv1.GpuClaim, error) {
-	claims := p.gpuClient.GpuV1().GpuClaims(want.Namespace)
-	made, err := claims.Create(ctx, want, metav1.CreateOptions{FieldManager: p.fieldManager})
+	client := p.gpuClient.GpuV1().GpuClaims(want.Namespace)
+	made, err := client.Create(ctx, want, metav1.CreateOptions{FieldManager: p.fieldManager})
 	if err == nil {
 		klog.FromContext(ctx).V(4).Info("Made the pod's GpuClaim from its template", "pod", klog.KObj(pod), "claim", klog.KObj(made))
 		return made, nil
@@ -54,12 +55,14 @@ func (p *Plugin) makeClaim(ctx context.Context, pod *v1.Pod, want *apiv1.GpuClai
 	if !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("creating GpuClaim %s/%s for pod %s from its GpuClaimTemplate: %w", want.Namespace, want.Name, pod.Name, err)
 	}
-	got, err := claims.Get(ctx, want.Name, metav1.GetOptions{})
+	got, err := client.Get(ctx, want.Name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("reading GpuClaim %s/%s, made meanwhile for pod %s: %w", want.Namespace, want.Name, pod.Name, err)
 	}
-	switch {
-	case !ownedBy(got, pod):
+	switch existing := claims.JudgeExisting(got, pod); {
+	case existing == claims.ExistingOfEarlierPod:
+		return nil, fmt.Errorf("GpuClaim %s/%s belongs to an earlier pod named %s; the garbage collector deletes it, and the pod's own is made then", want.Namespace, want.Name, pod.Name)
+	case existing != claims.ExistingOwn:
 		return nil, fmt.Errorf("GpuClaim %s/%s exists and is not owned by pod %s (UID %s)", want.Namespace, want.Name, pod.Name, pod.UID)
 	case got.DeletionTimestamp != nil:
 		return nil, fmt.Errorf("GpuClaim %s/%s is being deleted", want.Namespace, want.Name)

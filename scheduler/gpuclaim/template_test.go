@@ -101,6 +101,33 @@ func TestTemplatedPodIsPlacedAndItsClaimMadeAtPreBind(t *testing.T) {
 	}
 }
 
+// The claim of an earlier pod of the same name, met at PreBind, is left to the garbage
+// collector like every writer leaves it (claims.Existing), and the failed attempt says so.
+func TestClaimOfAnEarlierPodAtPreBind(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	createTemplate(t, e, "x1", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
+	pod := templatedPod("job-2", "x1")
+	if _, err := e.kube.CoreV1().Pods("ns").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	best, st, cs := e.reserve(t, pod)
+	if !st.IsSuccess() {
+		t.Fatalf("reserve: %v", st)
+	}
+	earlier := templatedPod("job-2", "x1")
+	earlier.UID = "uid-earlier-job-2"
+	if _, err := e.gpu.GpuV1().GpuClaims("ns").Create(t.Context(), ownedClaim("job-2-x1", earlier), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, st, _ = e.bind(t, pod, best, cs)
+	if st.IsSuccess() || !strings.Contains(st.Message(), "GpuClaim ns/job-2-x1 belongs to an earlier pod named job-2") {
+		t.Fatalf("bind with an earlier pod's claim of the pod's claim name: %v, want it refused as the earlier pod's", st)
+	}
+	if c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "job-2-x1", metav1.GetOptions{}); err != nil || c.OwnerReferences[0].UID != earlier.UID {
+		t.Fatalf("the earlier pod's claim was deleted or taken over: %v, %v", c, err)
+	}
+}
+
 // A claim of that name made between PreFilter and PreBind (by gpu-controller, or an earlier
 // attempt) is used when it is the pod's own with the same spec. One owned by another pod is
 // never used: the attempt fails, and no GPU stays locked for it.
