@@ -25,10 +25,16 @@ build:
 generate:
 	bash hack/update-codegen.sh
 
-## verify: gofmt, go mod tidy a no-op, go vet, no dates in comments or help texts, generated code and docs/api.md up to date
+## verify: gofmt, go mod tidy a no-op, go vet, golangci-lint (.golangci.yml), no dates in comments or help texts, generated code and docs/api.md up to date
 .PHONY: verify
 verify:
 	bash hack/verify.sh
+
+## lint: golangci-lint with the linters in .golangci.yml (built into _output/bin when missing; make verify runs it too)
+.PHONY: lint
+lint:
+	bash hack/build-tools.sh --lint
+	CGO_ENABLED=1 $(TOOLS_BIN)/golangci-lint run ./...
 
 ## unit: hermetic unit tests, fuzz seeds and benchmark compilation (go test ./...)
 .PHONY: unit

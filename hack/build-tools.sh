@@ -13,6 +13,8 @@
 #   hack/build-tools.sh --node       also build what a real node runs (make node-up, make e2e-node):
 #                                    kubelet and kube-proxy (pinned by hack/tools/go.mod) and
 #                                    containerd 2.x with its runc shim and ctr, under a stamp of their own
+#   hack/build-tools.sh --lint       only golangci-lint with logcheck linked in (hack/tools/golangci-lint),
+#                                    under a stamp of its own; hack/verify.sh runs this, make sim never does
 set -euo pipefail
 # Nothing below may depend on the user's locale (df and awk output, sort order).
 export LC_ALL=C
@@ -22,9 +24,10 @@ mode=build
 case "${1:-}" in
 --preflight) mode=preflight ;;
 --node) mode=node ;;
+--lint) mode=lint ;;
 "") ;;
 *)
-	echo "usage: hack/build-tools.sh [--preflight|--node]" >&2
+	echo "usage: hack/build-tools.sh [--preflight|--node|--lint]" >&2
 	exit 2
 	;;
 esac
@@ -70,6 +73,48 @@ CONTAINERD_VERSION=v2.4.2
 TOOLS_STAMP_VERSION=2
 
 bin="$root/_output/bin"
+
+# golangci-lint comes from its own module (hack/tools/golangci-lint pins it and logcheck) with its
+# own stamp: only verify needs it, so neither `make tools` nor `make sim` waits for its build, and
+# bumping it rebuilds nothing else.
+build_lint_tools() {
+	local lstamp="$bin/.lint-tools.stamp" lwant lversion t=$SECONDS
+	lversion=$(awk '$1 == "github.com/golangci/golangci-lint/v2" {print $2}' hack/tools/golangci-lint/go.mod)
+	if [ -z "$lversion" ]; then
+		echo "tools: hack/tools/golangci-lint/go.mod does not require github.com/golangci/golangci-lint/v2" >&2
+		exit 1
+	fi
+	lwant=$(
+		echo "go=$(go env GOVERSION) golangci-lint=$lversion"
+		cat hack/tools/golangci-lint/go.mod hack/tools/golangci-lint/go.sum hack/tools/golangci-lint/*.go | sha256sum
+	)
+	if [ -z "${FORCE:-}" ] && [ -x "$bin/golangci-lint" ] && [ -f "$lstamp" ] && [ "$(cat "$lstamp")" = "$lwant" ]; then
+		echo "tools: golangci-lint $lversion up to date in _output/bin"
+		return 0
+	fi
+	rm -f "$lstamp"
+	preflight
+	mkdir -p "$bin"
+	# The version ldflags make `golangci-lint version` name the pin (a go build of our own module
+	# would otherwise report "(devel)").
+	if ! (cd hack/tools/golangci-lint && CGO_ENABLED=0 go build -trimpath \
+		-ldflags "-s -w -X main.version=${lversion#v} -X main.date=pinned" -o "$bin/golangci-lint" .); then
+		echo "tools: building golangci-lint $lversion failed" >&2
+		exit 1
+	fi
+	# The stamp is written only when the binary is the pin it claims to be.
+	if ! "$bin/golangci-lint" version | grep -qF "version ${lversion#v} "; then
+		echo "tools: _output/bin/golangci-lint does not report version ${lversion#v}:" >&2
+		"$bin/golangci-lint" version >&2 || true
+		exit 1
+	fi
+	echo "$lwant" >"$lstamp"
+	echo "tools: golangci-lint $lversion (with logcheck) built in $((SECONDS - t))s"
+}
+if [ "$mode" = lint ]; then
+	build_lint_tools
+	exit 0
+fi
 
 # Prometheus's tools come from their own module (hack/tools/prometheus pins the version) with their
 # own stamp, so adding or bumping them rebuilds nothing else, and the Kubernetes pins below never
