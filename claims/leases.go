@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -87,6 +88,22 @@ func FormatHolders(uids []types.UID) string {
 func IsLiveness(l *coordinationv1.Lease) bool {
 	_, ok := l.Labels[apiv1.LabelAgentLiveness]
 	return ok
+}
+
+// RenewLiveness makes l say that the agent of node, of the release whose scheduler is release,
+// lives at renewed: the label the scheduler selects on (apiv1.LabelAgentLiveness, valued with
+// the release), the node as holder and the renewal. It drops the GPU leases' label that a
+// lease written elsewhere may carry: the agents' admission policy refuses a liveness lease
+// with it, and the GPU lease informers must never see one. l is to be named
+// apiv1.AgentLeaseName(node), which ParseLiveness checks against the holder.
+func RenewLiveness(l *coordinationv1.Lease, node, release string, renewed time.Time) {
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[apiv1.LabelAgentLiveness] = release
+	delete(l.Labels, apiv1.LabelLeaseNode)
+	l.Spec.HolderIdentity = &node
+	l.Spec.RenewTime = &metav1.MicroTime{Time: renewed}
 }
 
 // ParseLiveness reads a node agent's liveness lease (apiv1.AgentLeaseName): the node whose

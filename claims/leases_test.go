@@ -122,3 +122,26 @@ func FuzzParseHolders(f *testing.F) {
 		}
 	})
 }
+
+// What the agent writes (RenewLiveness) is what the scheduler and kubectl gpu read
+// (ParseLiveness), and never a GPU lease, even on a lease that carried the GPU leases' label.
+func TestRenewLivenessRoundTrip(t *testing.T) {
+	name, err := apiv1.AgentLeaseName("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-system", Name: name,
+		Labels: map[string]string{apiv1.LabelLeaseNode: "n1", apiv1.LabelLeaseGPU: "0"}}}
+	RenewLiveness(l, "n1", "gpu-b", renewed)
+	node, got, err := ParseLiveness(l)
+	if node != "n1" || !got.Equal(renewed) || err != nil {
+		t.Fatalf("ParseLiveness = %q, %v, %v; want n1, %v", node, got, err, renewed)
+	}
+	if !IsLiveness(l) || l.Labels[apiv1.LabelAgentLiveness] != "gpu-b" {
+		t.Errorf("labels %v, want %s=gpu-b", l.Labels, apiv1.LabelAgentLiveness)
+	}
+	if g, ok := ParseGPULease(l); ok {
+		t.Errorf("the liveness lease reads as GPU lease %+v", g)
+	}
+}

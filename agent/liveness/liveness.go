@@ -28,6 +28,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/spread"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // DefaultLeaseDuration is the leaseDurationSeconds the agent writes: the scheduler's default
@@ -198,18 +199,12 @@ func (r *Renewer) update(ctx context.Context, base *coordinationv1.Lease, now ti
 // fill asserts what the lease says: who holds it, for how long, renewed when, and the label
 // the scheduler selects on (put back should someone have removed it).
 func (r *Renewer) fill(l *coordinationv1.Lease, now time.Time) {
-	if l.Labels == nil {
-		l.Labels = map[string]string{}
-	}
-	l.Labels[apiv1.LabelAgentLiveness] = r.cfg.SchedulerName
 	// A liveness lease another source wrote may say otherwise: never the GPU leases' label
 	// (the chart's agent policy refuses a liveness lease carrying it), and held by this node
 	// (the scheduler counts the lease for the node its holderIdentity names, and the policy
 	// refuses any other).
-	delete(l.Labels, apiv1.LabelLeaseNode)
-	l.Spec.HolderIdentity = ptr.To(r.cfg.Node)
+	claims.RenewLiveness(l, r.cfg.Node, r.cfg.SchedulerName, now)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(r.cfg.LeaseDuration / time.Second))
-	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
 }
 
 func result(err error) string {
