@@ -7,8 +7,10 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -24,6 +26,55 @@ type GPULease struct {
 	GPU     int
 	Shared  bool
 	Holders []types.UID
+}
+
+// Annotations on a GPU lease that name its pod even when the name is too long for a label
+// (apiv1.LabelPodName).
+const (
+	AnnotationLeasePodNamespace = apiv1.GroupName + "/pod-namespace"
+	AnnotationLeasePodName      = apiv1.GroupName + "/pod-name"
+)
+
+// NewGPULease is the lease that locks GPU id of node for pod, acquired at now, in namespace:
+// named apiv1.LeaseName(node, id), labelled with the node, the GPU and the pod (the pod's UID
+// only when the GPU is not shared: a Shared lease names its holders in holderIdentity alone),
+// held by the pod's UID. It fails when the node's name can be no label value, as the lease
+// could not be listed by node.
+func NewGPULease(namespace string, pod *corev1.Pod, node string, id int, shared bool, now time.Time) (*coordinationv1.Lease, error) {
+	name, err := apiv1.LeaseName(node, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(validation.IsValidLabelValue(node)) > 0 {
+		return nil, fmt.Errorf("node name %q cannot be a label value, so GPU leases cannot be listed by node", node)
+	}
+	acquired := metav1.NewMicroTime(now)
+	holder := string(pod.UID)
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: namespace,
+			Labels: map[string]string{
+				apiv1.LabelLeaseNode:    node,
+				apiv1.LabelLeaseGPU:     strconv.Itoa(id),
+				apiv1.LabelPodNamespace: pod.Namespace,
+			},
+			Annotations: map[string]string{
+				AnnotationLeasePodNamespace: pod.Namespace,
+				AnnotationLeasePodName:      pod.Name,
+			},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &acquired},
+	}
+	if len(validation.IsValidLabelValue(pod.Name)) == 0 {
+		l.Labels[apiv1.LabelPodName] = pod.Name
+	}
+	if shared {
+		l.Labels[apiv1.LabelLeaseShared] = "true"
+	} else {
+		l.Labels[apiv1.LabelPodUID] = string(pod.UID)
+	}
+	return l, nil
 }
 
 // ParseGPULease reads a GPU lease; ok is false for a lease that is none (no node label) or

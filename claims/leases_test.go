@@ -3,10 +3,12 @@ package claims
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -143,5 +145,36 @@ func TestRenewLivenessRoundTrip(t *testing.T) {
 	}
 	if g, ok := ParseGPULease(l); ok {
 		t.Errorf("the liveness lease reads as GPU lease %+v", g)
+	}
+}
+
+// What the scheduler writes (NewGPULease) reads back as the same lock (ParseGPULease), under
+// the name apiv1.LeaseName gives, and naming the pod for kubectl gpu leases.
+func TestNewGPULeaseRoundTrip(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train-0", UID: "u1"}}
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, shared := range []bool{false, true} {
+		l, err := NewGPULease("gpu-system", pod, "n1", 7, shared, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := apiv1.LeaseName("n1", 7); l.Name != want || l.Namespace != "gpu-system" || !l.Spec.AcquireTime.Time.Equal(now) {
+			t.Errorf("lease %s/%s acquired %v, want gpu-system/%s at %v", l.Namespace, l.Name, l.Spec.AcquireTime, want, now)
+		}
+		g, ok := ParseGPULease(l)
+		if !ok || g.Node != "n1" || g.GPU != 7 || g.Shared != shared || !slices.Equal(g.Holders, []types.UID{"u1"}) {
+			t.Errorf("shared %v: ParseGPULease = %+v, %v", shared, g, ok)
+		}
+		if l.Labels[apiv1.LabelPodName] != "train-0" || l.Annotations[AnnotationLeasePodName] != "train-0" || (l.Labels[apiv1.LabelPodUID] == "u1") == shared {
+			t.Errorf("shared %v: labels %v, annotations %v", shared, l.Labels, l.Annotations)
+		}
+	}
+	long := pod.DeepCopy()
+	long.Name = strings.Repeat("p", 64)
+	if l, err := NewGPULease("gpu-system", long, "n1", 0, false, now); err != nil || l.Labels[apiv1.LabelPodName] != "" || l.Annotations[AnnotationLeasePodName] != long.Name {
+		t.Errorf("a pod name too long for a label: %v, %v", l, err)
+	}
+	if _, err := NewGPULease("gpu-system", pod, strings.Repeat("n", 64), 0, false, now); err == nil {
+		t.Error("a node name too long for a label gave a lease")
 	}
 }

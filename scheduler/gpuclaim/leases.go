@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/retry"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -28,8 +26,8 @@ const holderIndex = "gpu.scheduling/holder"
 
 // Annotations on a lease that name its pod even when the name is too long for a label.
 const (
-	annotationPodNamespace = apiv1.GroupName + "/pod-namespace"
-	annotationPodName      = apiv1.GroupName + "/pod-name"
+	annotationPodNamespace = claims.AnnotationLeasePodNamespace
+	annotationPodName      = claims.AnnotationLeasePodName
 )
 
 // errLeaseConflict means another pod holds a GPU this attempt wanted: another scheduler won
@@ -68,42 +66,7 @@ func leaseHolders(obj any) ([]string, error) {
 }
 
 func (p *Plugin) newLease(pod *v1.Pod, node string, id int, shared bool) (*coordinationv1.Lease, error) {
-	name, err := apiv1.LeaseName(node, id)
-	if err != nil {
-		return nil, err
-	}
-	now := metav1.NewMicroTime(p.clock.Now())
-	l := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: *p.args.LeaseNamespace,
-			Labels: map[string]string{
-				apiv1.LabelLeaseNode:    node,
-				apiv1.LabelLeaseGPU:     strconv.Itoa(id),
-				apiv1.LabelPodNamespace: pod.Namespace,
-			},
-			Annotations: map[string]string{
-				annotationPodNamespace: pod.Namespace,
-				annotationPodName:      pod.Name,
-			},
-		},
-		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity: ptrTo(string(pod.UID)),
-			AcquireTime:    &now,
-		},
-	}
-	if len(validation.IsValidLabelValue(node)) > 0 {
-		return nil, fmt.Errorf("node name %q cannot be a label value, so GPU leases cannot be listed by node", node)
-	}
-	if len(validation.IsValidLabelValue(pod.Name)) == 0 {
-		l.Labels[apiv1.LabelPodName] = pod.Name
-	}
-	if shared {
-		l.Labels[apiv1.LabelLeaseShared] = "true"
-	} else {
-		l.Labels[apiv1.LabelPodUID] = string(pod.UID)
-	}
-	return l, nil
+	return claims.NewGPULease(*p.args.LeaseNamespace, pod, node, id, shared, p.clock.Now())
 }
 
 // acquire locks the GPUs ids of node for pod, one lease per GPU. It returns the names of the
