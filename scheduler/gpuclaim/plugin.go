@@ -40,6 +40,7 @@ import (
 	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
 	gpulisters "github.com/gpu-scheduler/gpu-scheduler/api/generated/listers/api/v1"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
@@ -551,11 +552,13 @@ func (p *Plugin) inPool(gns *apiv1.GpuNodeStatus) bool {
 	return owner == "" || p.handle == nil || owner == p.handle.ProfileName()
 }
 
-// ours reports whether pod is scheduled by this profile (the release's --scheduler-name). The
-// scheduler's pod informer sees every pod; two releases side by side must not write each
-// other's claims. A pod without a name (only in tests: the apiserver defaults it) counts as ours.
+// ours reports whether pod is scheduled by this profile (the release's --scheduler-name,
+// claims.ScheduledBy). The scheduler's pod informer sees every pod; two releases side by side
+// must not write each other's claims. A pod without a scheduler name never reaches a real
+// scheduler (the apiserver stores it with default-scheduler, which claims.ScheduledBy counts as
+// no release's); the plugin's tests make such pods and mean this profile.
 func (p *Plugin) ours(pod *v1.Pod) bool {
-	return pod.Spec.SchedulerName == "" || p.handle == nil || pod.Spec.SchedulerName == p.handle.ProfileName()
+	return pod.Spec.SchedulerName == "" || p.handle == nil || claims.ScheduledBy(pod.Spec.SchedulerName, p.handle.ProfileName())
 }
 
 // leasesOf lists the GPU leases naming a pod, from the informer cache.
