@@ -1,6 +1,7 @@
 package claims
 
 import (
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -22,7 +23,8 @@ func TestBinariesLinkNoSchedulerFramework(t *testing.T) {
 			out, err := cmd.Output()
 			if err != nil {
 				var stderr string
-				if ee, ok := err.(*exec.ExitError); ok {
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
 					stderr = string(ee.Stderr)
 				}
 				t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
