@@ -125,15 +125,6 @@ func ParseHolders(s string) []string {
 	return out
 }
 
-// FormatHolders is the holderIdentity of a GPU lease held by uids (ParseHolders' inverse).
-func FormatHolders(uids []types.UID) string {
-	parts := make([]string, len(uids))
-	for i, u := range uids {
-		parts[i] = string(u)
-	}
-	return strings.Join(parts, ",")
-}
-
 // IsLiveness reports whether a lease is a node agent's liveness lease (apiv1.LabelAgentLiveness);
 // such a lease is never a GPU lease.
 func IsLiveness(l *coordinationv1.Lease) bool {
