@@ -34,6 +34,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	schedvalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/config"
@@ -217,10 +218,17 @@ func TestSchedulerConfigMatchesShipped(t *testing.T) {
 	shipped := loadSchedulerConfig(t, config.DefaultYAML)
 
 	t.Run("default values", func(t *testing.T) {
+		// The chart's default, the device plugin, adds its resource name to the plugin args
+		// (admitgate.go); the shipped file, which the simulator runs, has none.
 		objs := parseObjects(t, mustTemplate(t))
 		got := loadSchedulerConfig(t, configMapData(t, objs))
+		if args := pluginArgs(t, got.Profiles[0].PluginConfig); ptr.Deref(args.DeviceResourceName, "") != "gpu.scheduling/gpu" {
+			t.Errorf("deviceResourceName = %q, want the device plugin's gpu.scheduling/gpu", ptr.Deref(args.DeviceResourceName, ""))
+		}
+		objs = parseObjects(t, mustTemplate(t, "--set", "devicePlugin.enabled=false"))
+		got = loadSchedulerConfig(t, configMapData(t, objs))
 		if !equality.Semantic.DeepEqual(got, shipped) {
-			t.Fatalf("the chart's scheduler configuration differs from scheduler/config/scheduler-config.yaml:\n%s",
+			t.Fatalf("the chart's scheduler configuration (devicePlugin.enabled=false) differs from scheduler/config/scheduler-config.yaml:\n%s",
 				lineDiff(toYAML(t, shipped), toYAML(t, got)))
 		}
 	})
@@ -251,9 +259,16 @@ func TestSchedulerConfigMatchesShipped(t *testing.T) {
 }
 
 // Without leader election several replicas run active-active (they divide the pods by their
-// peer leases): the chart renders them, with leader election off in their configuration.
+// peer leases): the chart renders them, with leader election off in their configuration, in the
+// Downward-API mode. With the device plugin it refuses, naming why: only one binding process
+// can bind same-size pods to a node one at a time.
 func TestActiveActiveReplicas(t *testing.T) {
-	objs := parseObjects(t, mustTemplate(t, "--set", "scheduler.replicas=3", "--set", "scheduler.leaderElection.enabled=false"))
+	out, err := runHelm(t, nil, "template", releaseName, chartDir(t), "--namespace", releaseNamespace,
+		"--set", "scheduler.replicas=3", "--set", "scheduler.leaderElection.enabled=false")
+	if err == nil || !strings.Contains(out+err.Error(), "cannot be combined with devicePlugin.enabled") {
+		t.Errorf("active-active replicas with the device plugin: err %v, output %q; want a refusal naming devicePlugin.enabled", err, out)
+	}
+	objs := parseObjects(t, mustTemplate(t, "--set", "scheduler.replicas=3", "--set", "scheduler.leaderElection.enabled=false", "--set", "devicePlugin.enabled=false"))
 	if got := loadSchedulerConfig(t, configMapData(t, objs)); got.LeaderElection.LeaderElect {
 		t.Error("leader election on in the configuration of active-active replicas")
 	}
