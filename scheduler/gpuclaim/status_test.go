@@ -93,7 +93,8 @@ func TestPendingWaitsForItsGrace(t *testing.T) {
 	e := newTestEnv(t, []*v1.Node{node("a", nil)},
 		claimObj("quick", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
 		claimObj("slow", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
-	e.p.status.pendingGrace = 500 * time.Millisecond
+	// Long enough that a loaded machine does not pass it before the first count below.
+	e.p.status.pendingGrace = 2 * time.Second
 	eventuallyTrue(t, func() bool { _, err := e.p.claimLister.GpuClaims("ns").Get("slow"); return err == nil })
 	quick, _ := e.p.claimLister.GpuClaims("ns").Get("quick")
 	slow, _ := e.p.claimLister.GpuClaims("ns").Get("slow")
