@@ -207,7 +207,7 @@ func jobSucceeds(ctx context.Context, name string) error {
 			return false, err.Error(), nil
 		}
 		if j.Status.Failed > 0 {
-			return false, "", fmt.Errorf("Job %s has %d failed pods", name, j.Status.Failed)
+			return false, "", fmt.Errorf("the Job %s has %d failed pods", name, j.Status.Failed)
 		}
 		return j.Spec.Completions != nil && j.Status.Succeeded == *j.Spec.Completions,
 			fmt.Sprintf("succeeded %d active %d\n%s", j.Status.Succeeded, j.Status.Active, st.describe(ctx)), nil

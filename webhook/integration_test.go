@@ -341,7 +341,7 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 
 		// The scheduler may change it later; a user may change other annotations.
 		stored.Annotations[gpuv1.AnnotationAllocated], stored.Annotations[gpuv1.AnnotationGPUIDs] = "gpu-node-0:3", "3"
-		if stored, err = scheduler.CoreV1().Pods(testNamespace).Update(ctx, stored, metav1.UpdateOptions{}); err != nil {
+		if _, err := scheduler.CoreV1().Pods(testNamespace).Update(ctx, stored, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("scheduler update: %v", err)
 		}
 		if _, err := pods.Patch(ctx, "bound", types.MergePatchType, []byte(`{"metadata":{"annotations":{"team":"ml"}}}`), metav1.PatchOptions{}); err != nil {

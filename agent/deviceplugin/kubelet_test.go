@@ -8,6 +8,7 @@ package deviceplugin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -58,7 +59,8 @@ func TestMain(m *testing.M) {
 		cmd.Env = append(os.Environ(), nsEnv+"=1")
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
-			if ee, ok := err.(*exec.ExitError); ok {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
 				os.Exit(ee.ExitCode())
 			}
 			fmt.Fprintf(os.Stderr, "running the tests in a private mount namespace (unshare --mount) failed: %v\n", err)

@@ -114,7 +114,7 @@ func initNodeScenario(sc *godog.ScenarioContext) {
 			return errors.New("the kubelet started a pod that holds no GPUs of ours")
 		}
 		if !strings.Contains(s.admitErr.Error(), want) || !strings.Contains(s.admitErr.Error(), apiv1.AnnotationAllocated) {
-			return fmt.Errorf("the kubelet's error does not say why: %v", s.admitErr)
+			return fmt.Errorf("the kubelet's error does not say why: %w", s.admitErr)
 		}
 		return nil
 	})

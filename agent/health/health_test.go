@@ -26,7 +26,7 @@ func TestCritical(t *testing.T) {
 	}
 }
 
-var lost = fmt.Errorf("probe GPU 0: %w", gpu.ErrLost)
+var errLost = fmt.Errorf("probe GPU 0: %w", gpu.ErrLost)
 
 func TestTracker(t *testing.T) {
 	const quiet = 5 * time.Minute
@@ -49,17 +49,17 @@ func TestTracker(t *testing.T) {
 		}},
 		{"Xid 79: unhealthy at once, lost, then back after reset", []step{
 			{event: ev(gpu.Event{Kind: gpu.EventXid, Device: 0, Xid: 79}), want: apiv1.Unhealthy},
-			{probe: pr(lost), want: apiv1.Unhealthy},
-			{probe: pr(lost), wait: time.Hour, want: apiv1.Unhealthy},
+			{probe: pr(errLost), want: apiv1.Unhealthy},
+			{probe: pr(errLost), wait: time.Hour, want: apiv1.Unhealthy},
 			{probe: pr(nil), want: apiv1.Healthy},
 		}},
 		{"an Xid read after the probe saw the GPU lost clears with that loss's reset", []step{
-			{probe: pr(lost), want: apiv1.Unhealthy, reason: "GPU lost: " + lost.Error()},
-			{event: ev(gpu.Event{Kind: gpu.EventXid, Device: 0, Xid: 79}), want: apiv1.Unhealthy, reason: "GPU lost: " + lost.Error() + "; after Xid 79"},
+			{probe: pr(errLost), want: apiv1.Unhealthy, reason: "GPU lost: " + errLost.Error()},
+			{event: ev(gpu.Event{Kind: gpu.EventXid, Device: 0, Xid: 79}), want: apiv1.Unhealthy, reason: "GPU lost: " + errLost.Error() + "; after Xid 79"},
 			{probe: pr(nil), want: apiv1.Healthy},
 		}},
 		{"an Xid on an answering GPU is not cleared by an older loss", []step{
-			{probe: pr(lost), want: apiv1.Unhealthy},
+			{probe: pr(errLost), want: apiv1.Unhealthy},
 			{probe: pr(nil), want: apiv1.Healthy},
 			{event: ev(gpu.Event{Kind: gpu.EventXid, Device: 0, Xid: 48}), want: apiv1.Unhealthy, reason: "Xid 48"},
 			{probe: pr(nil), want: apiv1.Unhealthy},

@@ -16,7 +16,9 @@ func TestFabricInfo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Init()
+		if ret := s.Init(); ret != nvml.SUCCESS {
+			t.Fatal(ret)
+		}
 		d, _ := s.DeviceGetHandleByIndex(gpu)
 		return d.(*Device).GetGpuFabricInfo()
 	}
@@ -80,7 +82,9 @@ func TestMinorNumbers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Init()
+		if ret := s.Init(); ret != nvml.SUCCESS {
+			t.Fatal(ret)
+		}
 		d, _ := s.DeviceGetHandleByIndex(gpu)
 		m, ret := d.GetMinorNumber()
 		if ret != nvml.SUCCESS {

@@ -30,7 +30,9 @@ func TestLoadIsDeterministicAndMoves(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Init()
+		if ret := s.Init(); ret != nvml.SUCCESS {
+			t.Fatal(ret)
+		}
 		return s
 	}
 	a, again, other := build("node-1"), build("node-1"), build("node-2")
@@ -65,7 +67,9 @@ func TestSetLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Init()
+	if ret := s.Init(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
 	if err := s.SetLoad(0, 90); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +117,9 @@ func TestECCCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Init()
+	if ret := s.Init(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
 	d, _ := s.DeviceGetHandleByIndex(3)
 	for range 2 {
 		if err := s.Inject(3, Fault{Kind: FaultDoubleBitECC}); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/gpu"
@@ -116,8 +117,13 @@ func (l *Library) WatchEvents(ctx context.Context, devices []gpu.Device, out cha
 		return err
 	}
 	// Free only after the last Wait has returned: freeing a set that is being waited on is
-	// undefined in libnvml.
-	defer set.Free()
+	// undefined in libnvml. A failed free leaks the set inside libnvml but is no reason to fail
+	// the watch (what it returns says why it ended), so it is logged.
+	defer func() {
+		if ret := set.Free(); ret != nvml.SUCCESS {
+			klog.FromContext(ctx).Error(ret, "Freeing the NVML event set failed")
+		}
+	}()
 
 	known := make([]*device, 0, len(devices))
 	for _, gd := range devices {

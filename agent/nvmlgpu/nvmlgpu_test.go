@@ -29,7 +29,11 @@ func TestRealNVML(t *testing.T) {
 	if err := lib.Init(); err != nil {
 		t.Skipf("no NVML here (the agent would fence the node): %v", err)
 	}
-	defer lib.Shutdown()
+	defer func() {
+		if err := lib.Shutdown(); err != nil {
+			t.Error(err)
+		}
+	}()
 	if v, ret := nvml.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		t.Logf("driver %s", v)
 	}

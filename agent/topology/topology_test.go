@@ -216,7 +216,11 @@ func TestDiscoverMockTopologies(t *testing.T) {
 			if err := lib.Init(); err != nil {
 				t.Fatal(err)
 			}
-			defer lib.Shutdown()
+			defer func() {
+				if err := lib.Shutdown(); err != nil {
+					t.Error(err)
+				}
+			}()
 			devs, err := lib.Devices()
 			if err != nil {
 				t.Fatal(err)

@@ -121,7 +121,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, o); err != nil {
 		klog.Background().Error(err, "gpu-agent failed")
-		klog.Flush()
+		klog.Flush() //nolint:logcheck // a main flushes klog's backend before it exits; there is no contextual form
 		os.Exit(1)
 	}
 }

@@ -165,7 +165,7 @@ func upDetached(ctx context.Context, name, dir string, o *upOptions) error {
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("cluster %s did not come up (%v); its log %s ends:\n%s", name, err, logPath, tail(logPath))
+			return fmt.Errorf("cluster %s did not come up (%w); its log %s ends:\n%s", name, err, logPath, tail(logPath))
 		case <-deadline.C:
 			_ = child.Process.Signal(syscall.SIGTERM)
 			return fmt.Errorf("cluster %s not ready after %s; its log %s ends:\n%s", name, o.timeout, logPath, tail(logPath))

@@ -46,7 +46,7 @@ func main() {
 	ctx = klog.NewContext(ctx, klog.Background())
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	klog.Flush()
+	klog.Flush() //nolint:logcheck // a main flushes klog's backend before it exits; there is no contextual form
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-sim:", err)
 		os.Exit(1)

@@ -62,8 +62,9 @@ func quietLogs(cmd *cobra.Command, dir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the log file: %w", err)
 	}
-	klog.LogToStderr(false)
-	klog.SetOutput(f)
+	// Where klog's backend writes is process-wide and has no contextual form.
+	klog.LogToStderr(false) //nolint:logcheck // see above
+	klog.SetOutput(f)       //nolint:logcheck // see above
 	if t := cmd.Flag("stderrthreshold"); t != nil && !t.Changed {
 		// Errors too: a run that is cancelled ends 5,000 agents, each with an error line.
 		if err := t.Value.Set("FATAL"); err != nil {
@@ -125,7 +126,7 @@ The exit status is 1 when an expectation of the scenario fails.`,
 				return err
 			}
 			if logFile != nil {
-				defer func() { klog.Flush(); _ = logFile.Close() }()
+				defer func() { klog.Flush(); _ = logFile.Close() }() //nolint:logcheck // the log file is closed: flush klog's backend into it first
 			}
 			if o.cpuProfile {
 				// gpu-sim hosts the whole agent fleet: at 5,000 nodes its CPU matters.

@@ -124,8 +124,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		switch {
 		case apierrors.IsAlreadyExists(err):
 			// Made by an earlier reconcile the cache has not seen yet, or by someone else:
-			// look again once the cache has it.
-			return reconcile.Result{Requeue: true}, nil
+			// look again once the cache has it, after the queue's rate-limited backoff (which
+			// RequeueAfter, the replacement staticcheck names, would turn into one fixed delay).
+			return reconcile.Result{Requeue: true}, nil //nolint:staticcheck // SA1019: see above
 		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 			r.warn(pod, ReasonInvalidTemplate, "GpuClaim %s/%s made from GpuClaimTemplate %q was rejected: %v", pod.Namespace, name, template, err)
 			return reconcile.Result{}, nil

@@ -201,7 +201,9 @@ func TestGangFitsIsBestFit(t *testing.T) {
 	now := time.Now()
 	l.setStatus(seedStatus("a", now)) // 7 healthy GPUs: 0-3 in one island, 4-6 in the other
 	l.setStatus(seedStatus("b", now))
-	l.reserve("other", "ns/other", "b", reqOf(4)) // b keeps 3 free
+	if _, err := l.reserve("other", "ns/other", "b", reqOf(4)); err != nil { // b keeps 3 free
+		t.Fatal(err)
+	}
 	all := func(*apiv1.GpuClaim, string) bool { return true }
 	m := func(n int) gangMember { return gangMember{claim: &apiv1.GpuClaim{}, req: reqOf(n)} }
 	tests := []struct {

@@ -111,7 +111,7 @@ func (p *Plugin) startPeers(ctx context.Context) error {
 	if identity == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
-			return fmt.Errorf("%s: naming this scheduler among its peers: set %s (the host name is unknown: %v)", Name, peers.IdentityEnv, err)
+			return fmt.Errorf("%s: naming this scheduler among its peers: set %s (the host name is unknown: %w)", Name, peers.IdentityEnv, err)
 		}
 		identity = host
 	}

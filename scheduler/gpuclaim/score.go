@@ -31,13 +31,13 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni f
 		strategy = p.strategy // PreScore did not run (it always does in the framework)
 	}
 	if strategy.Ranked() {
-		return int64(allocator.NodeScoreWith(res, s.ranks[name])) * fwk.MaxNodeScore / 100, nil
+		return int64(allocator.NodeScoreWith(res, s.ranks[name])) * fwk.MaxScore / 100, nil
 	}
 	n, _ := p.ledger.snapshot(name)
 	if n == nil {
 		return 0, nil
 	}
-	return int64(allocator.NodeScore(n, res, strategy)) * fwk.MaxNodeScore / 100, nil
+	return int64(allocator.NodeScore(n, res, strategy)) * fwk.MaxScore / 100, nil
 }
 
 // ScoreExtensions is nil: scores are already in range.

@@ -75,7 +75,7 @@ func stopAndCheck(c *Cluster) error {
 		errs = append(errs, fmt.Errorf("only %d processes recorded: %+v", len(procs), procs))
 	}
 	if _, err := os.Stat(c.WorkDir()); !os.IsNotExist(err) {
-		errs = append(errs, fmt.Errorf("work dir %s not removed (%v)", c.WorkDir(), err))
+		errs = append(errs, fmt.Errorf("work dir %s not removed (%w)", c.WorkDir(), err))
 	}
 	return errors.Join(errs...)
 }

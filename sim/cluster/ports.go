@@ -46,7 +46,7 @@ func freePorts(n int) ([]int, error) {
 func checkPortFree(port int, what string) error {
 	l, err := net.Listen("tcp", net.JoinHostPort(loopback, strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("%w: %s port %d on %s cannot be bound (%v): stop what holds it (another cluster? see \"gpu-sim cluster status\") or choose another port, 0 for a free one",
+		return fmt.Errorf("%w: %s port %d on %s cannot be bound (%w): stop what holds it (another cluster? see \"gpu-sim cluster status\") or choose another port, 0 for a free one",
 			ErrPortInUse, what, port, loopback, err)
 	}
 	return l.Close()

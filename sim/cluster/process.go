@@ -124,7 +124,7 @@ func (p *process) running() bool {
 
 // exitError describes how the process ended, with the tail of its log.
 func (p *process) exitError() error {
-	return fmt.Errorf("%s (pid %d) exited: %v; last lines of %s:\n%s", p.name, p.pid, p.waitErr, p.logPath, tailFile(p.logPath, 30))
+	return fmt.Errorf("%s (pid %d) exited: %w; last lines of %s:\n%s", p.name, p.pid, p.waitErr, p.logPath, tailFile(p.logPath, 30))
 }
 
 // stop sends SIGTERM to the process group, and SIGKILL once grace has passed.

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -188,7 +189,7 @@ func leftovers(ctx context.Context, cs kubernetes.Interface, gcs versioned.Inter
 		cl, err1 := gcs.GpuV1().GpuClaims(ns).List(ctx, metav1.ListOptions{})
 		pl, err2 := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err1 != nil || err2 != nil {
-			err = fmt.Errorf("listing GpuClaims and pods in %s: %v, %v", ns, err1, err2)
+			err = fmt.Errorf("listing GpuClaims and pods in %s: %w", ns, errors.Join(err1, err2))
 			return false
 		}
 		err = nil

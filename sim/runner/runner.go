@@ -899,7 +899,9 @@ func deleteWorkload(ctx context.Context, cs kubernetes.Interface, ns, run string
 		return false
 	})
 	if gone != nil {
-		return fmt.Errorf("deleting the workload pods in %s: %w (last delete error: %v)", ns, gone, lastErr)
+		// %v, not %w: lastErr is nil when every delete succeeded and the pods still did not go, and
+		// %w would print that as %!w(<nil>).
+		return fmt.Errorf("deleting the workload pods in %s: %w (last delete error: %v)", ns, gone, lastErr) //nolint:errorlint // see above
 	}
 	return nil
 }

@@ -58,7 +58,7 @@ func viewOf(t *testing.T, ns, name string) (containerView, error) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	if !strings.Contains(logs, "cuda=") {
-		return containerView{}, fmt.Errorf("pod %s/%s: no report in its log (%v): %q", ns, name, err, logs)
+		return containerView{}, fmt.Errorf("pod %s/%s: no report in its log (%w): %q", ns, name, err, logs)
 	}
 	var v containerView
 	if m := devLine.FindStringSubmatch(logs); m != nil {

@@ -168,5 +168,3 @@ func running(p *corev1.Pod) bool {
 	}
 	return len(p.Status.ContainerStatuses) > 0
 }
-
-func succeeded(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded }

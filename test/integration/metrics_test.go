@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -185,7 +186,8 @@ func chartMetrics(t *testing.T, root string) []string {
 	names, err := exec.CommandContext(t.Context(), filepath.Join(bin, "promql-metrics"), rulesFile, dashboard).Output()
 	if err != nil {
 		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			stderr = ee.Stderr
 		}
 		t.Fatalf("promql-metrics (make tools builds it): %v\n%s", err, stderr)

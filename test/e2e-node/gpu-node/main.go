@@ -136,7 +136,7 @@ func up(ctx context.Context, cfg node.Config, timeout time.Duration) error {
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("the node did not come up (%v); its log %s ends:\n%s", err, logPath, tail(logPath))
+			return fmt.Errorf("the node did not come up (%w); its log %s ends:\n%s", err, logPath, tail(logPath))
 		case <-deadline:
 			_ = child.Process.Signal(syscall.SIGTERM)
 			return fmt.Errorf("the node is not up after %s; its log %s ends:\n%s", timeout, logPath, tail(logPath))
