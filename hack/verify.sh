@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fails when code is not gofmt-clean, go.mod/go.sum are not tidy, go vet complains, a Go comment
-# or help text carries a date, or generated code or docs/api.md is stale.
+# Fails when code is not gofmt-clean, go.mod/go.sum are not tidy, go vet or golangci-lint
+# (.golangci.yml) complains, a Go comment or help text carries a date, or generated code or
+# docs/api.md is stale.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,6 +23,11 @@ if ! tidy=$(go mod tidy -diff 2>&1); then
 fi
 
 CGO_ENABLED=1 go vet ./...
+
+# golangci-lint with the linters .golangci.yml names, each with why (Kubernetes' logcheck among
+# them); hack/build-tools.sh --lint builds it into _output/bin once and again only when its pin moves.
+bash hack/build-tools.sh --lint
+CGO_ENABLED=1 "$root/_output/bin/golangci-lint" run ./...
 
 # Comments say why and help texts what a flag does; a dated figure is a lab note, and belongs in
 # docs/benchmarks.md (hack/nodates says which dates are allowed).
