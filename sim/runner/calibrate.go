@@ -84,9 +84,8 @@ const calibrationNamespace = "gpu-sim-calibration"
 
 // calibrationObjects is how many leases and claim statuses measureContractWrites writes for a
 // workload of pods: half as many, at least 1,000 and at most 5,000. A batch of 1,000 is over
-// in about a second at 5,000 nodes, where one garbage collection of the apiserver's heap moved
-// a write's price by a millisecond between two runs (claim status 1.07 and 3.22 ms); 5,000
-// spread that over five seconds and more.
+// in about a second at 5,000 nodes, where one garbage collection of the apiserver's heap can
+// move a write's price by a millisecond or more; 5,000 spread that over five seconds and more.
 func calibrationObjects(pods int) int { return min(5000, max(1000, pods/2)) }
 
 // ContractWriteCPU is what the two writes the API contract adds to a stock binding cost each

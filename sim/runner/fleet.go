@@ -54,8 +54,8 @@ func StartInProcessFleet(ctx context.Context, c *cluster.Cluster, o FleetOptions
 	cfg := c.RESTConfig()
 	// The client and the fleet's write budget are sized for the start, when every agent
 	// creates and writes its GpuNodeStatus at once (5,000 nodes: 10,000 writes, 33 s at 300 a
-	// second); in a workload the fleet writes far below them (scale-5k: ~40 a second), so they
-	// do not change what a run measures.
+	// second); in a workload the fleet writes far below them, so they do not change what a run
+	// measures.
 	cfg.QPS, cfg.Burst = 1500, 3000
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
