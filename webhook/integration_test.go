@@ -447,7 +447,7 @@ func TestWebhookAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("with the device plugin's resource a ResourceQuota on GPUs counts claim pods", func(t *testing.T) {
-		quotaWebhook(ctx, t, admin, ca, pair, cfg.Scheduler)
+		quotaWebhook(ctx, t, admin, cfg.Scheduler)
 	})
 
 	t.Run("with the webhook down only GPU pods and allocation writes are blocked", func(t *testing.T) {

@@ -4,7 +4,6 @@ package webhook_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,49 +17,29 @@ import (
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
-	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/webhooktest/run"
 )
 
 // quotaWebhook runs a second webhook in the device plugin's resource mode for quotaNamespace
 // only, and shows that the apiserver's ResourceQuota admission, which runs after the mutating
 // webhooks, counts the nvidia.com/gpu the webhook adds: with a quota of 4 GPUs the third pod
 // of a 2-GPU claim is refused, and a pod without a claim is not counted.
-func quotaWebhook(ctx context.Context, t *testing.T, admin kubernetes.Interface, ca *webhooktest.CA, pair *webhooktest.ServingPair, scheduler webhook.SchedulerIdentity) {
+func quotaWebhook(ctx context.Context, t *testing.T, admin kubernetes.Interface, scheduler webhook.SchedulerIdentity) {
 	const res = corev1.ResourceName("nvidia.com/gpu")
-	certFile, keyFile, err := pair.Write(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := webhook.DefaultConfig()
-	cfg.CertFile, cfg.KeyFile, cfg.Scheduler, cfg.EnvMode = certFile, keyFile, scheduler, webhook.EnvModeNone
+	cfg.Scheduler, cfg.EnvMode = scheduler, webhook.EnvModeNone
 	claims := map[string]int32{"two-gpus": 2}
 	cfg.Resource = webhook.ResourceConfig{Name: res, Count: func(_ context.Context, pod *corev1.Pod) (int32, bool, error) {
 		n, ok := claims[pod.Annotations[gpuv1.AnnotationClaim]]
 		return n, ok, nil
 	}}
-	srv, err := webhook.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCtx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(srvCtx, ln) }()
-	defer func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("quota webhook server: %v", err)
-		}
-	}()
+	url, caPEM := run.Webhook(ctx, t, cfg)
 
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: quotaNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	mwc, _, err := manifests.Render(manifests.Options{Name: "gpu-quota-itest", Namespace: webhookNamespace, CABundle: ca.PEM,
-		URL: "https://" + ln.Addr().String(), Scheduler: scheduler, ExcludeNamespaces: []string{testNamespace}})
+	mwc, _, err := manifests.Render(manifests.Options{Name: "gpu-quota-itest", Namespace: webhookNamespace, CABundle: caPEM,
+		URL: url, Scheduler: scheduler, ExcludeNamespaces: []string{testNamespace}})
 	if err != nil {
 		t.Fatal(err)
 	}
