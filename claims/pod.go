@@ -1,6 +1,8 @@
 package claims
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -65,4 +67,23 @@ func ScheduledBy(schedulerName, release string) bool {
 		release = apiv1.SchedulerName
 	}
 	return schedulerName == release
+}
+
+// RequestSizes are the distinct device counts pod's containers (init, then app) ask for of the
+// extended resource res: what a device plugin is asked for, one container at a time. Extended
+// resources are requested through limits (requests, when given, equal them).
+func RequestSizes(pod *corev1.Pod, res corev1.ResourceName) []int {
+	var out []int
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			q, ok := cs[i].Resources.Limits[res]
+			if !ok {
+				q, ok = cs[i].Resources.Requests[res]
+			}
+			if n := int(q.Value()); ok && n > 0 && !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }

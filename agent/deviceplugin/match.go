@@ -112,22 +112,9 @@ func (p *Plugin) allocation(pod *corev1.Pod) (apiv1.Allocation, string) {
 }
 
 // requestSizes are the GPU counts of pod's containers (init, then app) that ask for the
-// resource. Extended resources are requested through limits (requests, when given, equal them).
+// resource.
 func (p *Plugin) requestSizes(pod *corev1.Pod) []int {
-	var out []int
-	name := corev1.ResourceName(p.cfg.ResourceName)
-	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range cs {
-			q, ok := cs[i].Resources.Limits[name]
-			if !ok {
-				q, ok = cs[i].Resources.Requests[name]
-			}
-			if ok && q.Value() > 0 {
-				out = append(out, int(q.Value()))
-			}
-		}
-	}
-	return out
+	return claims.RequestSizes(pod, corev1.ResourceName(p.cfg.ResourceName))
 }
 
 // mayBe lists the unallocated pods one of whose containers asks for size GPUs: the kubelet's

@@ -3,12 +3,13 @@ package gpuclaim
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // admitGate keeps, on every node, at most one pod per GPU count bound and not yet admitted by
@@ -48,23 +49,8 @@ func newAdmitGate(resource string) *admitGate {
 	return &admitGate{resource: v1.ResourceName(resource), unstarted: map[string]map[int]map[types.UID]string{}, changed: make(chan struct{})}
 }
 
-// sizes are the GPU counts pod's containers (init and app) ask for through the resource.
-// Extended resources are requested through limits (requests, when given, equal them).
-func (g *admitGate) sizes(pod *v1.Pod) []int {
-	var out []int
-	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range cs {
-			q, ok := cs[i].Resources.Limits[g.resource]
-			if !ok {
-				q, ok = cs[i].Resources.Requests[g.resource]
-			}
-			if n := int(q.Value()); ok && n > 0 && !slices.Contains(out, n) {
-				out = append(out, n)
-			}
-		}
-	}
-	return out
-}
+// sizes are the GPU counts pod's containers ask for through the resource.
+func (g *admitGate) sizes(pod *v1.Pod) []int { return claims.RequestSizes(pod, g.resource) }
 
 // observe follows a pod from the scheduler's informer. A pod not yet bound is left as it is:
 // PreBind may have entered it (acquire) ahead of its binding.
