@@ -25,8 +25,11 @@ func heldLeases(t *testing.T, e *testEnv, holder *v1.Pod, ids ...int) {
 	for _, id := range ids {
 		name := fmt.Sprintf("gpu-a-%d", id)
 		if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpu-scheduler", Labels: map[string]string{apiv1.LabelLeaseNode: "a", apiv1.LabelLeaseGPU: fmt.Sprint(id)}},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptrTo(string(holder.UID))},
+			// The fake clientset sets no creation time: without one the lease looks older than
+			// the orphan grace, and the orphan sweep may delete it before the informer shows it.
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpu-scheduler", CreationTimestamp: metav1.Now(),
+				Labels: map[string]string{apiv1.LabelLeaseNode: "a", apiv1.LabelLeaseGPU: fmt.Sprint(id)}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptrTo(string(holder.UID))},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
