@@ -30,11 +30,12 @@ generate:
 verify:
 	bash hack/verify.sh
 
-## lint: golangci-lint with the linters in .golangci.yml (built into _output/bin when missing; make verify runs it too)
+## lint: golangci-lint with the linters in .golangci.yml over the tree and the hack/images module (built into _output/bin when missing; make verify runs it too)
 .PHONY: lint
 lint:
 	bash hack/build-tools.sh --lint
 	CGO_ENABLED=1 $(TOOLS_BIN)/golangci-lint run ./...
+	cd hack/images && CGO_ENABLED=1 $(TOOLS_BIN)/golangci-lint run --config $(CURDIR)/.golangci.yml ./...
 
 ## unit: hermetic unit tests, fuzz seeds and benchmark compilation (go test ./...)
 .PHONY: unit

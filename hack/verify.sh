@@ -40,6 +40,8 @@ if ! tidy=$(go -C hack/images mod tidy -diff 2>&1); then
 	exit 1
 fi
 go -C hack/images vet ./...
+# The same linters over it, with the tree's configuration.
+(cd hack/images && CGO_ENABLED=1 "$root/_output/bin/golangci-lint" run --config "$root/.golangci.yml" ./...)
 
 # The tool build must start on a brand-new machine (empty HOME, no ~/.cache).
 bash hack/test-preflight.sh

@@ -246,7 +246,7 @@ func (b *builder) image(ctx context.Context, s imageSpec, p platform, base v1.La
 		}
 		l, err := buildLayer(entries)
 		if err != nil {
-			return nil, fmt.Errorf("Debian layer: %w", err)
+			return nil, fmt.Errorf("building the Debian layer: %w", err)
 		}
 		layers = append(layers, l)
 		comments = append(comments, "debian: "+strings.Join(names, " "))
