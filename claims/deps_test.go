@@ -13,7 +13,7 @@ import (
 var schedulerFramework = []string{"k8s.io/kube-scheduler", "k8s.io/kubernetes/pkg/scheduler"}
 
 // frameworkFree are the binaries that must link no scheduler framework package.
-var frameworkFree = []string{"./cmd/gpu-webhook", "./cmd/gpu-controller", "./cmd/gpu-agent", "./claims"}
+var frameworkFree = []string{"./cmd/gpu-webhook", "./cmd/gpu-controller", "./cmd/gpu-agent", "./cmd/kubectl-gpu", "./claims/..."}
 
 func TestBinariesLinkNoSchedulerFramework(t *testing.T) {
 	for _, pkg := range frameworkFree {

@@ -87,3 +87,11 @@ func RequestSizes(pod *corev1.Pod, res corev1.ResourceName) []int {
 	}
 	return out
 }
+
+// Key is a claim's "namespace/name", the key the scheduler's ledger and informers index it by.
+func Key(namespace, name string) string { return namespace + "/" + name }
+
+// PodFinished reports whether a pod no longer needs its GPUs: it has succeeded or failed.
+func PodFinished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}

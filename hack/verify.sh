@@ -33,6 +33,10 @@ CGO_ENABLED=1 "$root/_output/bin/golangci-lint" run ./...
 # docs/benchmarks.md (hack/nodates says which dates are allowed).
 go run ./hack/nodates $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go')
 
+# Only gpu-scheduler links the kube-scheduler framework: the other binaries and the claims layer
+# (claims/, claims/ledger) share what they need without it.
+go test -count=1 -run TestBinariesLinkNoSchedulerFramework ./claims/
+
 # The image builder is a module of its own (hack/images): ./... above does not reach it.
 if ! tidy=$(go -C hack/images mod tidy -diff 2>&1); then
 	echo "hack/images/go.mod is not tidy: run 'go -C hack/images mod tidy' and commit the result" >&2

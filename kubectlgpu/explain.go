@@ -20,7 +20,7 @@ import (
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims"
-	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 )
 
 // Explanation is everything explain shows about one pod or claim.
@@ -38,14 +38,14 @@ type Explanation struct {
 	// FromTemplate names the GpuClaimTemplate the pod's claim is made from when the claim does
 	// not exist yet: the scheduler places the pod with it and makes the claim when it binds
 	// the pod, so the dry run uses the claim the template describes.
-	FromTemplate string                 `json:"fromTemplate,omitempty"`
-	ClaimPhase   string                 `json:"claimPhase,omitempty"`
-	ClaimMessage string                 `json:"claimMessage,omitempty"`
-	Request      string                 `json:"request,omitempty"`
-	Events       []EventView            `json:"events,omitempty"`
-	DryRun       gpuclaim.DryRunResult  `json:"dryRun"`
-	Summary      []gpuclaim.ReasonCount `json:"summary,omitempty"`
-	Freshness    metav1.Duration        `json:"statusFreshness"`
+	FromTemplate string               `json:"fromTemplate,omitempty"`
+	ClaimPhase   string               `json:"claimPhase,omitempty"`
+	ClaimMessage string               `json:"claimMessage,omitempty"`
+	Request      string               `json:"request,omitempty"`
+	Events       []EventView          `json:"events,omitempty"`
+	DryRun       ledger.DryRunResult  `json:"dryRun"`
+	Summary      []ledger.ReasonCount `json:"summary,omitempty"`
+	Freshness    metav1.Duration      `json:"statusFreshness"`
 }
 
 // EventView is one recent event of the pod or the claim.
@@ -62,9 +62,7 @@ type EventView struct {
 const maxEvents = 8
 
 func newExplainCommand(o *Options) *cobra.Command {
-	args := &gpuclaim.Args{}
-	gpuclaim.SetDefaultsArgs(args)
-	freshness := time.Duration(*args.StatusFreshnessSeconds) * time.Second
+	freshness := ledger.DefaultFreshness
 	cmd := &cobra.Command{
 		Use:               "explain POD|pod/NAME|claim/NAME",
 		Short:             "Why a pod or GpuClaim is Pending: its status, recent events and a dry run of the scheduler's GPU filter on every node",
@@ -156,7 +154,7 @@ func Explain(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface,
 	if err != nil {
 		return nil, err
 	}
-	ex.DryRun = gpuclaim.DryRun(claim, pod, snap, time.Now(), freshness)
+	ex.DryRun = ledger.DryRun(claim, pod, snap, time.Now(), freshness)
 	ex.Summary = ex.DryRun.Summary()
 	return ex, nil
 }
@@ -194,8 +192,8 @@ func getCustom[T any](ctx context.Context, dc dynamic.Interface, resource, ns, n
 
 // loadSnapshot reads what the scheduler's informers hold: nodes, GpuNodeStatuses, GPU leases,
 // bound pods (their allocations count as holds) and claims.
-func loadSnapshot(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface) (*gpuclaim.Snapshot, error) {
-	snap := &gpuclaim.Snapshot{}
+func loadSnapshot(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface) (*ledger.Snapshot, error) {
+	snap := &ledger.Snapshot{}
 	nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
@@ -291,7 +289,7 @@ func describeRequest(c *apiv1.GpuClaim) string {
 
 // SummaryLines renders the dry run per reason, "612 nodes: ...", largest group first; nodes
 // that fit name an example placement.
-func SummaryLines(r gpuclaim.DryRunResult) []string {
+func SummaryLines(r ledger.DryRunResult) []string {
 	if r.Blocked != "" {
 		return []string{"no node is looked at: " + r.Blocked}
 	}

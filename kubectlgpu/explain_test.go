@@ -15,11 +15,11 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
-	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 )
 
 func TestSummaryLines(t *testing.T) {
-	r := gpuclaim.DryRunResult{Nodes: []gpuclaim.NodeVerdict{
+	r := ledger.DryRunResult{Nodes: []ledger.NodeVerdict{
 		{Node: "a", Reason: "not enough healthy free GPUs for the GpuClaim", Detail: "needs 4 healthy free GPUs in one island; best island has 2 free"},
 		{Node: "b", Reason: "not enough healthy free GPUs for the GpuClaim", Detail: "needs 4 healthy free GPUs in one island; best island has 2 free"},
 		{Node: "c", Reason: "node does not match the GpuClaim's selector"},
@@ -33,7 +33,7 @@ func TestSummaryLines(t *testing.T) {
 	if got := SummaryLines(r); !reflect.DeepEqual(got, want) {
 		t.Errorf("SummaryLines =\n%q\nwant\n%q", got, want)
 	}
-	blocked := gpuclaim.DryRunResult{Blocked: "GpuClaim ns/c is being deleted"}
+	blocked := ledger.DryRunResult{Blocked: "GpuClaim ns/c is being deleted"}
 	if got := SummaryLines(blocked); !reflect.DeepEqual(got, []string{"no node is looked at: GpuClaim ns/c is being deleted"}) {
 		t.Errorf("blocked: %q", got)
 	}

@@ -1,6 +1,6 @@
 // Package kubectlgpu implements the kubectl gpu plugin: read-only views of the GPU fleet built
 // from GpuNodeStatus objects, GPU leases and GpuClaims, computed with the scheduler's own
-// conversion (gpuclaim.NodeFromStatus) so the CLI and the scheduler agree on what is free.
+// conversion (ledger.NodeFromStatus) so the CLI and the scheduler agree on what is free.
 package kubectlgpu
 
 import (
@@ -18,8 +18,8 @@ import (
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
-	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim"
 )
 
 // GPUView is one GPU as the operator sees it.
@@ -147,7 +147,7 @@ func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools 
 	var out []NodeView
 	for i := range statuses {
 		gns := &statuses[i]
-		an := gpuclaim.NodeFromStatus(gns)
+		an := ledger.NodeFromStatus(gns)
 		byID := map[int32]apiv1.Device{}
 		for _, d := range gns.Status.Devices {
 			byID[d.ID] = d

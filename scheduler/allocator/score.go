@@ -155,7 +155,7 @@ const placementWeight = 70
 // binpackFitWeight is the share, in percent, of binpack's node term that is the placement's
 // island best fit (Result.Fit); the rest is the node's packed share. At 80 a placement that
 // leaves fewer GPUs free in its island wins over one on a fuller node, as PreFilter's
-// tightest-fit cap orders them (candidates.go), even against the placement score's own best
+// tightest-fit cap orders them (claims/ledger PickCandidates), even against the placement score's own best
 // fit, which counts what is left as a share of the island's size; between equal fits the
 // fuller node wins. At 67 a single still went to a DGX holding a quad (3 GPUs left in its
 // island) before an empty box of NVLink pairs (1 left).

@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 )
 
 // activateEvery bounds how often freed GPUs send waiting pods back to the active queue: at
@@ -81,12 +83,12 @@ func (p *Plugin) mayFitOn(pod *v1.Pod, nodes []string, oldest time.Time) bool {
 	if !named || err != nil {
 		return named // a claim that cannot be read or served: let PreFilter say why
 	}
-	pn, _ := pinOf(pod) // podRequest parsed it already
+	pn, _ := ledger.PinOf(pod) // podRequest parsed it already
 	for _, n := range nodes {
-		if pn != nil && n != pn.alloc.Node {
+		if pn != nil && n != pn.Alloc.Node {
 			continue // a pinned pod waits on its own node only
 		}
-		if p.ledger.fitsOn(n, &req, oldest) && p.nodeSelected(claim, n) {
+		if p.ledger.FitsOn(n, &req, oldest) && p.nodeSelected(claim, n) {
 			return true
 		}
 	}

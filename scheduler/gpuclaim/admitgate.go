@@ -58,7 +58,7 @@ func (g *admitGate) observe(pod *v1.Pod) {
 	if g == nil || pod.Spec.NodeName == "" {
 		return
 	}
-	if pod.Status.StartTime != nil || podFinished(pod) || pod.DeletionTimestamp != nil {
+	if pod.Status.StartTime != nil || claims.PodFinished(pod) || pod.DeletionTimestamp != nil {
 		g.forget(pod.UID)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
@@ -63,7 +64,7 @@ func SetDefaultsArgs(a *Args) {
 		a.NodeStrategy = ptr.To(string(allocator.Binpack))
 	}
 	if a.StatusFreshnessSeconds == nil {
-		a.StatusFreshnessSeconds = ptr.To[int32](600)
+		a.StatusFreshnessSeconds = ptr.To(int32(ledger.DefaultFreshness.Seconds()))
 	}
 	if a.OrphanLeaseGraceSeconds == nil {
 		a.OrphanLeaseGraceSeconds = ptr.To[int32](120)

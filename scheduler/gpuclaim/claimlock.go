@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // One claim serves one pod. Within one process the ledger's claim reservations and PreFilter's
@@ -83,5 +84,5 @@ func (p *Plugin) holderLives(ctx context.Context, namespace, name string, uid ty
 	case err != nil:
 		return false, fmt.Errorf("reading pod %s/%s, the holder the GpuClaim names: %w", namespace, name, err)
 	}
-	return pod.UID == uid && !podFinished(pod), nil
+	return pod.UID == uid && !claims.PodFinished(pod), nil
 }

@@ -19,6 +19,7 @@ import (
 
 	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // checkClaimVersions makes the fake API server refuse a GpuClaim update whose resourceVersion is
@@ -51,18 +52,18 @@ func checkClaimVersions(gpu *gpufake.Clientset) {
 // failover) each place one of two pods naming the same claim. Neither knows of the other's
 // reservation; the claim's status is the lock, and the second binding loses.
 func TestOneClaimTwoPodsTwoSchedulers(t *testing.T) {
-	a, b := node("a", nil), node("b", nil)
+	a, b := ledgertest.Node("a", nil), ledgertest.Node("b", nil)
 	clk := clocktesting.NewFakeClock(time.Now())
 	kube := fake.NewClientset()
-	gpu := gpufake.NewSimpleClientset(seedStatus("a", clk.Now()), seedStatus("b", clk.Now()),
-		claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	gpu := gpufake.NewSimpleClientset(ledgertest.SeedStatus("a", clk.Now()), ledgertest.SeedStatus("b", clk.Now()),
+		ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	checkClaimVersions(gpu)
 	// Each process sees another node, so that the two attempts lock different GPUs: only the
 	// claim is contended.
 	one := newTestEnvOn(t, nil, []*v1.Node{a}, kube, gpu, clk)
 	two := newTestEnvOn(t, nil, []*v1.Node{b}, kube, gpu, clk)
 
-	first, second := gpuPod("first", "c"), gpuPod("second", "c")
+	first, second := ledgertest.Pod("first", "c"), ledgertest.Pod("second", "c")
 	for _, pod := range []*v1.Pod{first, second} {
 		if _, err := kube.CoreV1().Pods("ns").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -113,10 +114,10 @@ func TestOneClaimTwoPodsTwoSchedulers(t *testing.T) {
 // A claim whose status names a pod that is gone (never seen by this process: deleted while no
 // scheduler ran) is taken, not kept forever.
 func TestClaimOfAGonePodIsTaken(t *testing.T) {
-	c := claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
+	c := ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
 	c.Status = apiv1.GpuClaimStatus{Phase: apiv1.ClaimBound, PodName: "ghost", PodUID: "uid-ghost", NodeName: "a", Allocated: "a:3", GpuIDs: []int32{3}}
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, c)
-	pod := gpuPod("p", "c")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, c)
+	pod := ledgertest.Pod("p", "c")
 	if _, st, _ := e.schedule(t, pod); st != nil {
 		t.Fatalf("pod of a claim held by a gone pod: %v", st)
 	}
@@ -128,15 +129,15 @@ func TestClaimOfAGonePodIsTaken(t *testing.T) {
 
 // A binding that fails after PreBind took the claim gives the claim back.
 func TestFailedBindingGivesTheClaimBack(t *testing.T) {
-	e := newTestEnvArgs(t, &Args{RecordReservedPhase: ptr.To(false)}, []*v1.Node{node("a", nil)},
-		claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnvArgs(t, &Args{RecordReservedPhase: ptr.To(false)}, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	e.kube.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "binding" {
 			return true, nil, apierrors.NewInternalError(errors.New("binding refused by the test"))
 		}
 		return false, nil, nil
 	})
-	if _, st, _ := e.schedule(t, gpuPod("p", "c")); st == nil {
+	if _, st, _ := e.schedule(t, ledgertest.Pod("p", "c")); st == nil {
 		t.Fatal("the binding was refused, yet the pod was scheduled")
 	}
 	got, _ := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "c", metav1.GetOptions{})

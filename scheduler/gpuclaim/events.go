@@ -10,6 +10,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
@@ -82,10 +83,10 @@ func (p *Plugin) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, o
 	if err != nil {
 		return fwk.Queue, nil // let PreFilter say what is wrong
 	}
-	if !selectorMatches(claim, node) {
+	if !ledger.SelectorMatches(claim, node) {
 		return fwk.QueueSkip, nil
 	}
-	if old, ok := oldObj.(*v1.Node); ok && selectorMatches(claim, old) {
+	if old, ok := oldObj.(*v1.Node); ok && ledger.SelectorMatches(claim, old) {
 		return fwk.QueueSkip, nil // matched before: labels that matter did not change
 	}
 	logger.V(5).Info("A node now matches the claim's selector", "pod", klog.KObj(pod), "node", klog.KObj(node))
@@ -97,9 +98,9 @@ func (p *Plugin) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, o
 // takes over its leases at once. Idempotent, and only a read lock when the pod holds nothing
 // any more, since the hint runs once per waiting pod.
 func (p *Plugin) freeInLedger(uid types.UID) {
-	if node, _ := p.ledger.holdsOf(uid); node != "" {
+	if node, _ := p.ledger.HoldsOf(uid); node != "" {
 		p.pods.gone(uid)
-		p.ledger.forget(uid)
+		p.ledger.Forget(uid)
 		p.gpusChanged(node)
 	}
 }
@@ -115,10 +116,10 @@ func (p *Plugin) fitsWithout(pod *v1.Pod, node string, gone types.UID) bool {
 	if !p.nodeSelected(claim, node) {
 		return false
 	}
-	if pn, _ := pinOf(pod); pn != nil && pn.alloc.Node != node {
+	if pn, _ := ledger.PinOf(pod); pn != nil && pn.Alloc.Node != node {
 		return false // GPUs freed elsewhere do not help a pod pinned by its scheduling map
 	}
-	n, heartbeat := p.ledger.snapshotWithout(node, []types.UID{gone, pod.UID})
+	n, heartbeat := p.ledger.NodeViewWithout(node, []types.UID{gone, pod.UID})
 	if n == nil {
 		return true
 	}

@@ -14,6 +14,8 @@ import (
 
 	gpulisters "github.com/gpu-scheduler/gpu-scheduler/api/generated/listers/api/v1"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 func hintPlugin(t *testing.T, claims ...*apiv1.GpuClaim) *Plugin {
@@ -23,25 +25,17 @@ func hintPlugin(t *testing.T, claims ...*apiv1.GpuClaim) *Plugin {
 			t.Fatal(err)
 		}
 	}
-	return &Plugin{claimLister: gpulisters.NewGpuClaimLister(idx), clock: clocktesting.NewFakeClock(time.Now()), freshness: time.Minute, ledger: newLedger(), pods: newPodTracker()}
-}
-
-func gpuPod(name, claim string) *v1.Pod {
-	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "uid-" + typesUID(name), Annotations: map[string]string{}}}
-	if claim != "" {
-		p.Annotations[apiv1.AnnotationClaim] = claim
-	}
-	return p
+	return &Plugin{claimLister: gpulisters.NewGpuClaimLister(idx), clock: clocktesting.NewFakeClock(time.Now()), freshness: time.Minute, ledger: ledger.New(), pods: newPodTracker()}
 }
 
 func TestPodDeletedHint(t *testing.T) {
 	p := hintPlugin(t)
-	pending := gpuPod("pending", "c")
-	holder := gpuPod("holder", "other")
+	pending := ledgertest.Pod("pending", "c")
+	holder := ledgertest.Pod("holder", "other")
 	holder.Spec.NodeName = "n"
 	holder.Annotations[apiv1.AnnotationAllocated] = "n:0"
-	sameClaim := gpuPod("twin", "c")
-	plain := gpuPod("plain", "")
+	sameClaim := ledgertest.Pod("twin", "c")
+	plain := ledgertest.Pod("plain", "")
 	plain.Spec.NodeName = "n"
 	tests := []struct {
 		name    string
@@ -77,12 +71,12 @@ func TestNodeChangeHint(t *testing.T) {
 		want     fwk.QueueingHint
 		wantErr  bool
 	}{
-		{"matching node added", gpuPod("p", "c"), nil, a100, fwk.Queue, false},
-		{"non-matching node added", gpuPod("p", "c"), nil, h100, fwk.QueueSkip, false},
-		{"node relabelled to match", gpuPod("p", "c"), h100, a100, fwk.Queue, false},
-		{"node matched already", gpuPod("p", "c"), a100, a100, fwk.QueueSkip, false},
-		{"claim missing: let PreFilter explain", gpuPod("p", "missing"), nil, h100, fwk.Queue, false},
-		{"wrong type", gpuPod("p", "c"), nil, &v1.Pod{}, fwk.Queue, true},
+		{"matching node added", ledgertest.Pod("p", "c"), nil, a100, fwk.Queue, false},
+		{"non-matching node added", ledgertest.Pod("p", "c"), nil, h100, fwk.QueueSkip, false},
+		{"node relabelled to match", ledgertest.Pod("p", "c"), h100, a100, fwk.Queue, false},
+		{"node matched already", ledgertest.Pod("p", "c"), a100, a100, fwk.QueueSkip, false},
+		{"claim missing: let PreFilter explain", ledgertest.Pod("p", "missing"), nil, h100, fwk.Queue, false},
+		{"wrong type", ledgertest.Pod("p", "c"), nil, &v1.Pod{}, fwk.Queue, true},
 	}
 	for _, tt := range tests {
 		got, err := p.isSchedulableAfterNodeChange(logger, tt.pod, tt.old, tt.new)
@@ -119,7 +113,7 @@ func TestEventsToRegisterNames(t *testing.T) {
 func TestMayHelp(t *testing.T) {
 	p := hintPlugin(t)
 	now := p.clock.Now()
-	base := seedStatus("n", now)
+	base := ledgertest.SeedStatus("n", now)
 	base.Status.Free, base.Status.Healthy = 3, 7
 	freed := base.DeepCopy()
 	freed.Status.Free = 4
@@ -179,20 +173,20 @@ func TestBecameFresh(t *testing.T) {
 // delete hint says Queue, possibly before the plugin's own pod handler has seen the delete. The
 // retry must find the deleted pod's GPUs free, or it goes back to wait while they are.
 func TestPodDeletedHintFreesTheLedgerFirst(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)},
-		claimObj("seven", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 7}}),
-		claimObj("four", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}}))
-	holder := gpuPod("holder", "seven")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("seven", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 7}}),
+		ledgertest.Claim("four", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}}))
+	holder := ledgertest.Pod("holder", "seven")
 	if got, st, _ := e.schedule(t, holder); st != nil || got != "a" {
 		t.Fatalf("holder: node %q, status %v", got, st)
 	}
-	waiting := gpuPod("waiting", "four")
+	waiting := ledgertest.Pod("waiting", "four")
 	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), waiting, nil); st.IsSuccess() {
 		t.Fatal("a 4-GPU pod fit beside a 7-GPU pod on an 8-GPU node with one GPU unhealthy")
 	}
 	// The holder finishes; only the queue's hint has seen it so far. (The fake client's Binding
 	// does not copy the allocation onto the pod as the API server does: set it here.)
-	node, ids := e.p.ledger.holdsOf(holder.UID)
+	node, ids := e.p.ledger.HoldsOf(holder.UID)
 	if node != "a" || len(ids) != 7 {
 		t.Fatalf("the ledger holds %s %v for the holder", node, ids)
 	}

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // finishing holds the GPUs of finished pods until their node's kubelet has let go of them, in
@@ -67,7 +69,7 @@ func kubeletDone(pod *v1.Pod) bool {
 // holdsAfterFinish tells whether pod, finished, keeps its GPUs until the kubelet reports it
 // terminated: in device-plugin mode, for a pod asking for the device plugin's resource.
 func (p *Plugin) holdsAfterFinish(pod *v1.Pod) bool {
-	return p.finishing != nil && p.admit != nil && podFinished(pod) && pod.Spec.NodeName != "" &&
+	return p.finishing != nil && p.admit != nil && claims.PodFinished(pod) && pod.Spec.NodeName != "" &&
 		len(p.admit.sizes(pod)) > 0 && !kubeletDone(pod)
 }
 

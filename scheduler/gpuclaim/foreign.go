@@ -9,7 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -17,6 +16,7 @@ import (
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
@@ -60,18 +60,6 @@ type foreignSeen struct {
 
 func newForeignLeases() *foreignLeases { return &foreignLeases{seen: map[string]foreignSeen{}} }
 
-// foreignHolder is the ledger's holder for a foreign lease.
-func foreignHolder(name string) types.UID { return types.UID("lease:" + name) }
-
-// foreignRef reads a lease that locks a GPU without being one of the scheduler's locks: its
-// name is a GPU lease name, and parseLease does not accept it.
-func foreignRef(l *coordinationv1.Lease) (node string, id int, ok bool) {
-	if _, ours := parseLease(l); ours {
-		return "", 0, false
-	}
-	return apiv1.ParseLeaseName(l.Name)
-}
-
 // foreignHandler keeps the ledger's holds of foreign leases.
 func (p *Plugin) foreignHandler(ctx context.Context) cache.ResourceEventHandler {
 	logger := klog.FromContext(ctx)
@@ -88,7 +76,7 @@ func (p *Plugin) observeForeign(logger klog.Logger, obj any) bool {
 	if !ok {
 		return false
 	}
-	node, id, ok := foreignRef(l)
+	node, id, ok := ledger.ForeignRef(l)
 	if !ok {
 		return false
 	}
@@ -102,7 +90,7 @@ func (p *Plugin) observeForeign(logger klog.Logger, obj any) bool {
 		logger.Info("A lease not made by gpu-scheduler holds a GPU: it is counted as held until the lease expires, then collected",
 			"lease", klog.KObj(l), "node", node, "gpu", id, "holder", ptrValue(l.Spec.HolderIdentity))
 	}
-	p.ledger.add(foreignHolder(l.Name), node, []int{id}, false, fromLease)
+	p.ledger.Add(ledger.ForeignHolder(l.Name), node, []int{id}, false, ledger.FromLease)
 	return true
 }
 
@@ -115,14 +103,14 @@ func (p *Plugin) forgetForeign(obj any) bool {
 	if !ok {
 		return false
 	}
-	node, id, ok := foreignRef(l)
+	node, id, ok := ledger.ForeignRef(l)
 	if !ok {
 		return false
 	}
 	p.foreign.mu.Lock()
 	delete(p.foreign.seen, l.Name)
 	p.foreign.mu.Unlock()
-	p.ledger.remove(foreignHolder(l.Name), node, []int{id}, fromLease)
+	p.ledger.Remove(ledger.ForeignHolder(l.Name), node, []int{id}, ledger.FromLease)
 	p.gpusChanged(node)
 	return true
 }
@@ -151,7 +139,7 @@ func (p *Plugin) foreignExpired(l *coordinationv1.Lease) bool {
 func (p *Plugin) collectForeign(ctx context.Context, leases []*coordinationv1.Lease) int {
 	n := 0
 	for _, l := range leases {
-		node, id, ok := foreignRef(l)
+		node, id, ok := ledger.ForeignRef(l)
 		if !ok || !p.foreignExpired(l) {
 			continue
 		}

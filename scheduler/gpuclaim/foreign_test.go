@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // foreignLease is a lease of a GPU lease's name without the scheduler's labels, as a person or
@@ -29,7 +30,7 @@ func foreignLease(name string, renewed *time.Time, seconds *int32) *coordination
 // heldBy returns who the ledger says holds GPU id of node ("" for nobody).
 func heldBy(t *testing.T, e *testEnv, node string, id int) string {
 	t.Helper()
-	n, _ := e.p.ledger.snapshot(node)
+	n, _ := e.p.ledger.NodeView(node)
 	if n == nil {
 		t.Fatalf("node %s has no status in the ledger", node)
 	}
@@ -46,7 +47,7 @@ func heldBy(t *testing.T, e *testEnv, node string, id int) string {
 // it while it is there. It counts as held by an unknown holder until it expires, and is then
 // collected, so the GPU is neither offered in vain nor blocked forever.
 func TestForeignLeaseHoldsItsGPUUntilItExpires(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
 	now := e.clock.Now()
 	ctx := t.Context()
 	leases := e.kube.CoordinationV1().Leases("gpu-scheduler")
@@ -105,9 +106,9 @@ func TestForeignLeaseHoldsItsGPUUntilItExpires(t *testing.T) {
 	})
 
 	// The GPUs are the scheduler's to lock again.
-	c := claimObj("all", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 7}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyIgnore}})
+	c := ledgertest.Claim("all", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 7}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyIgnore}})
 	createClaimStatusLess(t, e, c)
-	if got, st, _ := e.schedule(t, gpuPod("p", "all")); st != nil || got != "a" {
+	if got, st, _ := e.schedule(t, ledgertest.Pod("p", "all")); st != nil || got != "a" {
 		t.Fatalf("pod for every healthy GPU of a: %q, %v", got, st)
 	}
 }

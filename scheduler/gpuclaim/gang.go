@@ -11,14 +11,15 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
-	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 )
 
 // Gangs: the GpuClaims of a namespace with the same spec.gangRef are scheduled all or nothing.
 // Each member claim serves one pod, as any claim does. Three gates keep a gang whole:
 //
 //   - PreFilter turns a member away until the gang has all its claims, each named by a pod,
-//     and until the GPUs free now can take every member not yet placed at once (gangFits), so
+//     and until the GPUs free now can take every member not yet placed at once (ledger.GangFits), so
 //     that no member sits on GPUs waiting for others that cannot come;
 //   - Permit holds each placed member (its GPUs reserved in the ledger, no lease taken yet)
 //     until the last one is placed, then lets them all go on to PreBind together;
@@ -36,15 +37,7 @@ func claimGangIndex(obj any) ([]string, error) {
 	if !ok || c.Spec.GangRef == "" {
 		return nil, nil
 	}
-	return []string{gangKey(c)}, nil
-}
-
-// gangKey is "namespace/gangRef"; empty for a claim outside a gang.
-func gangKey(c *apiv1.GpuClaim) string {
-	if c == nil || c.Spec.GangRef == "" {
-		return ""
-	}
-	return c.Namespace + "/" + c.Spec.GangRef
+	return []string{ledger.GangKey(c)}, nil
 }
 
 // gangOfPod is the gang of the claim a pod names; empty when none.
@@ -57,7 +50,7 @@ func (p *Plugin) gangOfPod(pod *v1.Pod) string {
 	if err != nil {
 		return ""
 	}
-	return gangKey(c)
+	return ledger.GangKey(c)
 }
 
 // gang is a gang as PreFilter and Permit see it.
@@ -70,7 +63,7 @@ type gang struct {
 // gangOf reads the gang of claim from the informer's index. Its size is the claim's gangSize,
 // or the number of member claims when unset.
 func (p *Plugin) gangOf(claim *apiv1.GpuClaim) (gang, error) {
-	g := gang{key: gangKey(claim)}
+	g := gang{key: ledger.GangKey(claim)}
 	objs, err := p.claimIndexer.ByIndex(gangIndex, g.key)
 	if err != nil {
 		return g, fmt.Errorf("listing the GpuClaims of gang %s: %w", g.key, err)
@@ -120,20 +113,20 @@ func (p *Plugin) gangPreFilter(claim *apiv1.GpuClaim, oldest time.Time) *fwk.Sta
 			"gang %s has %d of its %d GpuClaims; its pods are scheduled together once all exist", g.key, len(g.members), g.size))
 	}
 	withPods := 0
-	var unplaced []gangMember
+	var unplaced []ledger.GangMember
 	for _, c := range g.members {
-		if !p.pods.claimHasPod(claimKey(c.Namespace, c.Name)) {
+		if !p.pods.claimHasPod(claims.Key(c.Namespace, c.Name)) {
 			continue
 		}
 		withPods++
 		if _, ok := p.claimHolder(c); ok {
 			continue
 		}
-		req, err := requestFor(c)
+		req, err := ledger.RequestFor(c)
 		if err != nil {
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s: member GpuClaim %s/%s is invalid: %v", g.key, c.Namespace, c.Name, err))
 		}
-		unplaced = append(unplaced, gangMember{claim: c, req: req})
+		unplaced = append(unplaced, ledger.GangMember{Claim: c, Req: req})
 	}
 	if withPods < g.size {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf(
@@ -145,89 +138,11 @@ func (p *Plugin) gangPreFilter(claim *apiv1.GpuClaim, oldest time.Time) *fwk.Sta
 	}
 	// The message leaves out how many would fit: it changes with every GPU freed or taken,
 	// and each change would be one more claim status write and one more event per member.
-	if fit := p.ledger.gangFits(unplaced, oldest, p.nodeSelected); fit < need {
+	if fit := p.ledger.GangFits(unplaced, oldest, p.nodeSelected); fit < need {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf(
 			"gang %s: the free GPUs cannot take all %d pods still to place at once; none is placed until they can", g.key, need))
 	}
 	return nil
-}
-
-// gangMember is a member claim not yet placed, with its request.
-type gangMember struct {
-	claim *apiv1.GpuClaim
-	req   allocator.Request
-}
-
-// gangFits counts how many of members can have GPUs at the same time on the fresh nodes their
-// selectors allow, placing the largest requests first, each on the node that fits it with
-// the fewest free GPUs (best fit). It is a necessary condition, cheap enough for thousands of
-// nodes: summaries rule nodes out, and the allocator is run only on the node chosen.
-func (c *ledger) gangFits(members []gangMember, oldest time.Time, selected func(*apiv1.GpuClaim, string) bool) int {
-	order := slices.Clone(members)
-	slices.SortStableFunc(order, func(a, b gangMember) int { return b.req.Count - a.req.Count })
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	trial := map[string]*allocator.Node{} // nodes with members of this check placed on them
-	placed := 0
-	for _, m := range order {
-		best, bestFree := "", 0
-		for name, e := range c.nodes {
-			if e.base == nil || e.heartbeat.Before(oldest) || !selected(m.claim, name) {
-				continue
-			}
-			free := 0
-			if n, ok := trial[name]; ok {
-				if _, err := allocator.Allocate(n, m.req); err != nil {
-					continue
-				}
-				free = freeGPUs(n)
-			} else {
-				if e.sum.fits(&m.req) == fitNone {
-					continue
-				}
-				for _, is := range e.sum.islands {
-					free += len(is.free)
-				}
-			}
-			if best == "" || free < bestFree || free == bestFree && name < best {
-				best, bestFree = name, free
-			}
-		}
-		if best == "" {
-			continue
-		}
-		n, ok := trial[best]
-		if !ok {
-			n = c.nodes[best].view.Clone()
-		}
-		res, err := allocator.Allocate(n, m.req)
-		if err != nil {
-			continue // the summary and the allocator disagree: count the member as not fitting
-		}
-		for i := range n.GPUs {
-			if slices.Contains(res.IDs, n.GPUs[i].ID) {
-				if m.req.Exclusivity == allocator.Shared {
-					n.GPUs[i].SharedHolders++
-				} else {
-					n.GPUs[i].ExclusiveHolder = "gang"
-				}
-			}
-		}
-		trial[best] = n
-		placed++
-	}
-	return placed
-}
-
-// freeGPUs counts a node's healthy GPUs nobody holds.
-func freeGPUs(n *allocator.Node) int {
-	free := 0
-	for _, g := range n.GPUs {
-		if g.Health == allocator.Healthy && g.ExclusiveHolder == "" && g.SharedHolders == 0 {
-			free++
-		}
-	}
-	return free
 }
 
 // allowGang lets every waiting member of a gang go on to PreBind.

@@ -13,11 +13,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
 func gangClaim(name, gang string, count int32, size *int32) *apiv1.GpuClaim {
-	return claimObj(name, apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: count}, GangRef: gang, GangSize: size})
+	return ledgertest.Claim(name, apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: count}, GangRef: gang, GangSize: size})
 }
 
 // createPod creates a pod and waits until the plugin's pod informer has it.
@@ -43,7 +44,7 @@ func (e *testEnv) setHealth(t *testing.T, node string, h apiv1.Health) {
 		t.Fatal(err)
 	}
 	eventuallyTrue(t, func() bool {
-		n, _ := e.p.ledger.snapshot(node)
+		n, _ := e.p.ledger.NodeView(node)
 		return n != nil && n.GPUs[0].Health == allocatorHealth(h)
 	})
 }
@@ -56,13 +57,13 @@ func wantStatus(t *testing.T, what string, st *fwk.Status, code fwk.Code, msg st
 }
 
 func TestGangPreFilterGates(t *testing.T) {
-	nodes := []*v1.Node{node("a", nil), node("b", nil), node("c", nil)}
+	nodes := []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", nil), ledgertest.Node("c", nil)}
 	e := newTestEnv(t, nodes,
 		gangClaim("w0", "train", 4, ptr.To[int32](3)),
 		gangClaim("w1", "train", 4, ptr.To[int32](3)),
 	)
 	e.setHealth(t, "c", apiv1.Unhealthy)
-	p0, p1, p2 := gpuPod("p0", "w0"), gpuPod("p1", "w1"), gpuPod("p2", "w2")
+	p0, p1, p2 := ledgertest.Pod("p0", "w0"), ledgertest.Pod("p1", "w1"), ledgertest.Pod("p2", "w2")
 	e.createPod(t, p0)
 
 	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), p0, nil)
@@ -96,14 +97,14 @@ func TestGangPreFilterGates(t *testing.T) {
 }
 
 func TestGangPermitWaitsForAllThenAllows(t *testing.T) {
-	nodes := []*v1.Node{node("a", nil), node("b", nil)}
+	nodes := []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", nil)}
 	e := newTestEnv(t, nodes,
 		gangClaim("w0", "train", 4, nil), // no gangSize: the three claims are the gang
 		gangClaim("w1", "train", 4, nil),
 		gangClaim("w2", "train", 2, nil),
-		claimObj("solo", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
+		ledgertest.Claim("solo", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
 	)
-	pods := []*v1.Pod{gpuPod("p0", "w0"), gpuPod("p1", "w1"), gpuPod("p2", "w2")}
+	pods := []*v1.Pod{ledgertest.Pod("p0", "w0"), ledgertest.Pod("p1", "w1"), ledgertest.Pod("p2", "w2")}
 	for _, p := range pods {
 		e.createPod(t, p)
 	}
@@ -136,7 +137,7 @@ func TestGangPermitWaitsForAllThenAllows(t *testing.T) {
 		}
 	}
 	// A pod outside any gang is not held.
-	solo := gpuPod("solo", "solo")
+	solo := ledgertest.Pod("solo", "solo")
 	e.createPod(t, solo)
 	node, st, cs := e.reserve(t, solo)
 	if !st.IsSuccess() {
@@ -148,14 +149,14 @@ func TestGangPermitWaitsForAllThenAllows(t *testing.T) {
 }
 
 func TestGangMemberFailureReleasesTheWaitingOthers(t *testing.T) {
-	e := newTestEnvArgs(t, &Args{GangWaitSeconds: ptr.To[int32](2)}, []*v1.Node{node("a", nil), node("b", nil)},
+	e := newTestEnvArgs(t, &Args{GangWaitSeconds: ptr.To[int32](2)}, []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", nil)},
 		gangClaim("w0", "pair", 4, nil),
 		gangClaim("w1", "pair", 4, nil),
 		gangClaim("x0", "alone", 4, ptr.To[int32](2)),
 		gangClaim("x1", "alone", 4, ptr.To[int32](2)),
 	)
 	ctx := t.Context()
-	p0, p1 := gpuPod("p0", "w0"), gpuPod("p1", "w1")
+	p0, p1 := ledgertest.Pod("p0", "w0"), ledgertest.Pod("p1", "w1")
 	e.createPod(t, p0)
 	e.createPod(t, p1)
 	node0, st, cs0 := e.reserve(t, p0)
@@ -179,12 +180,12 @@ func TestGangMemberFailureReleasesTheWaitingOthers(t *testing.T) {
 		t.Fatal("p0 kept waiting after its gang mate failed")
 	}
 	e.p.Unreserve(ctx, cs0, p0, node0) // what the scheduler does for a rejected waiting pod
-	if node, ids := e.p.ledger.holdsOf(p0.UID); node != "" {
+	if node, ids := e.p.ledger.HoldsOf(p0.UID); node != "" {
 		t.Fatalf("p0 still holds GPUs %v on %s", ids, node)
 	}
 
 	// A member whose mates never come is released after gangWaitSeconds.
-	q0, q1 := gpuPod("q0", "x0"), gpuPod("q1", "x1")
+	q0, q1 := ledgertest.Pod("q0", "x0"), ledgertest.Pod("q1", "x1")
 	e.createPod(t, q0)
 	e.createPod(t, q1)
 	node, st, cs := e.reserve(t, q0)
@@ -195,41 +196,6 @@ func TestGangMemberFailureReleasesTheWaitingOthers(t *testing.T) {
 	st = e.fh.WaitOnPermit(context.Background(), q0)
 	wantStatus(t, "q0 alone", st, fwk.Unschedulable, "timeout")
 }
-
-func TestGangFitsIsBestFit(t *testing.T) {
-	l := newLedger()
-	now := time.Now()
-	l.setStatus(seedStatus("a", now)) // 7 healthy GPUs: 0-3 in one island, 4-6 in the other
-	l.setStatus(seedStatus("b", now))
-	if _, err := l.reserve("other", "ns/other", "b", reqOf(4)); err != nil { // b keeps 3 free
-		t.Fatal(err)
-	}
-	all := func(*apiv1.GpuClaim, string) bool { return true }
-	m := func(n int) gangMember { return gangMember{claim: &apiv1.GpuClaim{}, req: reqOf(n)} }
-	tests := []struct {
-		members []gangMember
-		want    int
-	}{
-		{[]gangMember{m(4), m(3), m(3)}, 3}, // 4 and 3 on a, 3 on b
-		{[]gangMember{m(3), m(3), m(4)}, 3}, // order of the members does not matter
-		{[]gangMember{m(4), m(4)}, 1},       // b has only 3 left
-		{[]gangMember{m(1), m(1), m(1), m(1), m(1), m(1), m(1), m(1), m(1), m(1), m(1)}, 10},
-	}
-	for i, tt := range tests {
-		if got := l.gangFits(tt.members, now.Add(-time.Minute), all); got != tt.want {
-			t.Errorf("case %d: %d members fit, want %d", i, got, tt.want)
-		}
-	}
-	// Stale nodes and nodes the selector rules out do not count.
-	if got := l.gangFits([]gangMember{m(1)}, now.Add(time.Minute), all); got != 0 {
-		t.Errorf("stale nodes: %d fit", got)
-	}
-	if got := l.gangFits([]gangMember{m(1)}, now.Add(-time.Minute), func(_ *apiv1.GpuClaim, n string) bool { return false }); got != 0 {
-		t.Errorf("no node selected: %d fit", got)
-	}
-}
-
-func reqOf(n int) allocator.Request { return allocator.Request{Count: n} }
 
 func allocatorHealth(h apiv1.Health) allocator.Health {
 	if h == apiv1.Healthy {
@@ -250,12 +216,12 @@ func permit(e *testEnv, cs fwk.CycleState, pod *v1.Pod, node string) *fwk.Status
 // A member placed in Permit sends back the mates PreFilter turned away: they need room for one
 // pod fewer now, and no node change may come to wake them.
 func TestGangPermitWakesTurnedAwayMates(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil), node("b", nil)},
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", nil)},
 		gangClaim("w0", "trio", 4, ptr.To[int32](3)),
 		gangClaim("w1", "trio", 4, ptr.To[int32](3)),
 		gangClaim("w2", "trio", 4, ptr.To[int32](3)),
 	)
-	p0, p1, p2 := gpuPod("p0", "w0"), gpuPod("p1", "w1"), gpuPod("p2", "w2")
+	p0, p1, p2 := ledgertest.Pod("p0", "w0"), ledgertest.Pod("p1", "w1"), ledgertest.Pod("p2", "w2")
 	for _, p := range []*v1.Pod{p0, p1, p2} {
 		e.createPod(t, p)
 	}

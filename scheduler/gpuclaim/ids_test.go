@@ -5,18 +5,20 @@ import (
 	"time"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // Every GPU the ledger offers has an ID that the allocation annotations can carry: the ledger
 // and the annotation parser accept the same range (apiv1.MaxGPUID), so that a pod is never bound
 // to a GPU its webhook, agent or kubectl gpu cannot read back.
 func TestLedgerAndAnnotationsAcceptTheSameGPUIDs(t *testing.T) {
-	gns := seedStatus("n", time.Now())
+	gns := ledgertest.SeedStatus("n", time.Now())
 	gns.Status.Devices = nil
 	for _, id := range []int32{0, apiv1.MaxGPUID, apiv1.MaxGPUID + 1, 999, 1000, 1 << 20} {
 		gns.Status.Devices = append(gns.Status.Devices, apiv1.Device{ID: id, Health: apiv1.Healthy})
 	}
-	n := nodeFromStatus(gns)
+	n := ledger.NodeFromStatus(gns)
 	var ids []int
 	for _, g := range n.GPUs {
 		ids = append(ids, g.ID)

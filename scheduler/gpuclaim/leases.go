@@ -18,6 +18,7 @@ import (
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
@@ -262,7 +263,7 @@ func (p *Plugin) stale(l *coordinationv1.Lease, requester types.UID) bool {
 	if !ok {
 		// A lease of a GPU lease's name that the scheduler did not make is stale once it has
 		// expired (foreign.go).
-		_, _, foreign := foreignRef(l)
+		_, _, foreign := ledger.ForeignRef(l)
 		return foreign && p.foreignExpired(l)
 	}
 	if len(ref.holders) == 0 {

@@ -139,7 +139,7 @@ func (p *Plugin) collectOrphans(ctx context.Context) {
 			}
 			stale++
 			klog.FromContext(ctx).V(2).Info("Releasing orphaned GPU lease", "lease", klog.KObj(l), "podUID", uid)
-			p.ledger.forget(uid)
+			p.ledger.Forget(uid)
 			p.enqueueRelease(podRef{UID: uid, Namespace: l.Annotations[annotationPodNamespace], Name: l.Annotations[annotationPodName]})
 		}
 	}

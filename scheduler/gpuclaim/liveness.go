@@ -18,7 +18,7 @@ import (
 // The node agents' liveness Leases (apiv1.AgentLeaseName) say which agents live: an agent
 // renews its lease every few minutes and rewrites an unchanged GpuNodeStatus only every 30
 // (agent/liveness). A node is fresh while the newer of its status's LastHeartbeatTime and its
-// lease's renewTime is younger than statusFreshnessSeconds (nodeEntry.heartbeat).
+// lease's renewTime is younger than statusFreshnessSeconds (the ledger's heartbeat of the node).
 
 // newLivenessInformerFactory watches the liveness leases in namespace, and only them: they
 // carry apiv1.LabelAgentLiveness, never apiv1.LabelLeaseNode, so the GPU lease informer never
@@ -71,7 +71,7 @@ func (p *Plugin) livenessHandler(ctx context.Context) cache.ResourceEventHandler
 		UpdateFunc: func(old, obj any) { p.observeLiveness(logger, old, obj) },
 		DeleteFunc: func(obj any) {
 			if node, _, ok := livenessOf(obj); ok {
-				p.ledger.setRenewed(node, time.Time{})
+				p.ledger.SetRenewed(node, time.Time{})
 			}
 		},
 	}
@@ -80,7 +80,7 @@ func (p *Plugin) livenessHandler(ctx context.Context) cache.ResourceEventHandler
 func (p *Plugin) observeLiveness(logger klog.Logger, old, obj any) {
 	node, renewed, err := livenessOfErr(obj)
 	if prev, _, ok := livenessOf(old); ok && prev != node {
-		p.ledger.setRenewed(prev, time.Time{}) // the lease names another node now, or none
+		p.ledger.SetRenewed(prev, time.Time{}) // the lease names another node now, or none
 	}
 	if err != nil {
 		if _, _, oldErr := livenessOfErr(old); old == nil || oldErr == nil {
@@ -91,12 +91,12 @@ func (p *Plugin) observeLiveness(logger klog.Logger, old, obj any) {
 	if node == "" {
 		return
 	}
-	if before, after := p.ledger.setRenewed(node, renewed); p.becameFresh(before, after) {
+	if before, after := p.ledger.SetRenewed(node, renewed); p.becameFresh(before, after) {
 		p.gpusChanged(node)
 	}
 }
 
-// becameFresh tells whether a node whose heartbeat (nodeEntry.heartbeat) moved from before to
+// becameFresh tells whether a node whose heartbeat (the ledger's heartbeat of the node) moved from before to
 // after went from stale to fresh: the only heartbeat change that can help a waiting pod.
 func (p *Plugin) becameFresh(before, after time.Time) bool {
 	oldest := p.clock.Now().Add(-p.freshness)

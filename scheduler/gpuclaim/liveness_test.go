@@ -11,6 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
@@ -26,23 +28,23 @@ func livenessLease(node string, renewed time.Time) *coordinationv1.Lease {
 }
 
 // fresh tells whether the ledger offers node to a 1-GPU request with the freshness limit at
-// oldest, by every path the plugin asks it: PreFilter's candidates, the activator's fitsOn and
+// oldest, by every path the plugin asks it: PreFilter's candidates, the activator's FitsOn and
 // Filter's place.
-func fresh(t *testing.T, l *ledger, node string, oldest time.Time) bool {
+func fresh(t *testing.T, l *ledger.Ledger, node string, oldest time.Time) bool {
 	t.Helper()
 	req := allocator.Request{Count: 1}
-	by, stale := l.candidates(&req, oldest, func(string) bool { return true })
-	defer releaseCandidates(by)
+	by, stale := l.Candidates(&req, oldest, func(string) bool { return true })
+	defer ledger.ReleaseCandidates(by)
 	listed := false
 	for _, tier := range by {
 		for _, c := range tier {
-			listed = listed || c.name == node
+			listed = listed || c.Name == node
 		}
 	}
-	_, heartbeat, _, ok := l.place(node, "", requestKey(&req), req)
+	_, heartbeat, _, ok := l.Place(node, "", ledger.RequestKey(&req), req)
 	byPlace := ok && !heartbeat.Before(oldest)
-	if fits := l.fitsOn(node, &req, oldest); fits != listed || fits != byPlace || listed == (stale > 0) {
-		t.Fatalf("node %s: fitsOn %v, candidates %v (stale %d), place %v disagree", node, fits, listed, stale, byPlace)
+	if fits := l.FitsOn(node, &req, oldest); fits != listed || fits != byPlace || listed == (stale > 0) {
+		t.Fatalf("node %s: FitsOn %v, candidates %v (stale %d), place %v disagree", node, fits, listed, stale, byPlace)
 	}
 	return listed
 }
@@ -52,27 +54,27 @@ func TestLedgerFreshnessFromLivenessLease(t *testing.T) {
 	now := time.Now()
 	oldest := now.Add(-10 * time.Minute)
 
-	l := newLedger()
-	l.setStatus(seedStatus("a", now.Add(-25*time.Minute))) // unchanged for 25 minutes
+	l := ledger.New()
+	l.SetStatus(ledgertest.SeedStatus("a", now.Add(-25*time.Minute))) // unchanged for 25 minutes
 	if fresh(t, l, "a", oldest) {
 		t.Fatal("a status 25 minutes old without a lease renewal is fresh")
 	}
-	if before, after := l.setRenewed("a", now.Add(-time.Minute)); !before.Equal(now.Add(-25*time.Minute)) || !after.Equal(now.Add(-time.Minute)) {
-		t.Errorf("setRenewed = %s, %s; want the status heartbeat, then the renewal", before, after)
+	if before, after := l.SetRenewed("a", now.Add(-time.Minute)); !before.Equal(now.Add(-25*time.Minute)) || !after.Equal(now.Add(-time.Minute)) {
+		t.Errorf("SetRenewed = %s, %s; want the status heartbeat, then the renewal", before, after)
 	}
 	if !fresh(t, l, "a", oldest) {
 		t.Fatal("an old status with a lease renewed a minute ago is not fresh: the node gets no pods")
 	}
 	// A status write does not take the renewal back, nor the renewal a newer status heartbeat.
-	l.setStatus(seedStatus("a", now.Add(-20*time.Minute)))
+	l.SetStatus(ledgertest.SeedStatus("a", now.Add(-20*time.Minute)))
 	if !fresh(t, l, "a", oldest) {
 		t.Fatal("a status write made the node stale although its lease is fresh")
 	}
 
 	// The agent stops renewing: its last status refresh keeps the node fresh for the
 	// freshness limit, no longer.
-	l.setStatus(seedStatus("b", now))
-	l.setRenewed("b", now.Add(-30*time.Minute))
+	l.SetStatus(ledgertest.SeedStatus("b", now))
+	l.SetRenewed("b", now.Add(-30*time.Minute))
 	if !fresh(t, l, "b", oldest) {
 		t.Fatal("a status written now is not fresh")
 	}
@@ -82,7 +84,7 @@ func TestLedgerFreshnessFromLivenessLease(t *testing.T) {
 	}
 
 	// The lease going away leaves the status alone to judge.
-	l.setRenewed("a", time.Time{})
+	l.SetRenewed("a", time.Time{})
 	if fresh(t, l, "a", oldest) {
 		t.Fatal("a deleted lease still keeps the node fresh")
 	}
@@ -92,28 +94,28 @@ func TestLedgerFreshnessFromLivenessLease(t *testing.T) {
 // any order), but such a node is never schedulable, and an entry with nothing left is dropped.
 func TestLedgerRenewalWithoutStatus(t *testing.T) {
 	now := time.Now()
-	l := newLedger()
-	if before, after := l.setRenewed("n", now); !before.IsZero() || !after.IsZero() {
-		t.Errorf("setRenewed without a status = %s, %s; want zero: no status, never fresh", before, after)
+	l := ledger.New()
+	if before, after := l.SetRenewed("n", now); !before.IsZero() || !after.IsZero() {
+		t.Errorf("SetRenewed without a status = %s, %s; want zero: no status, never fresh", before, after)
 	}
-	if l.fitsOn("n", &allocator.Request{Count: 1}, now.Add(-time.Minute)) {
+	if l.FitsOn("n", &allocator.Request{Count: 1}, now.Add(-time.Minute)) {
 		t.Fatal("a node without a status fits")
 	}
-	l.setStatus(seedStatus("n", now.Add(-time.Hour)))
+	l.SetStatus(ledgertest.SeedStatus("n", now.Add(-time.Hour)))
 	if !fresh(t, l, "n", now.Add(-time.Minute)) {
 		t.Fatal("the renewal seen before the status was forgotten")
 	}
-	l.deleteStatus("n")
-	l.setRenewed("n", time.Time{})
-	if len(l.nodes) != 0 {
-		t.Errorf("ledger keeps %d entries after the status and the lease went", len(l.nodes))
+	l.DeleteStatus("n")
+	l.SetRenewed("n", time.Time{})
+	if l.Nodes() != 0 {
+		t.Errorf("ledger keeps %d entries after the status and the lease went", l.Nodes())
 	}
 }
 
 // livenessPlugin is a plugin with a ledger, a fake clock and a 10-minute freshness limit.
 func livenessPlugin(t *testing.T) *Plugin {
 	p := hintPlugin(t)
-	p.freshness, p.ledger = 10*time.Minute, newLedger()
+	p.freshness, p.ledger = 10*time.Minute, ledger.New()
 	return p
 }
 
@@ -123,9 +125,9 @@ func TestLivenessRenewalHint(t *testing.T) {
 	p := livenessPlugin(t)
 	now := p.clock.Now()
 	h := p.livenessHandler(t.Context())
-	p.ledger.setStatus(seedStatus("stale", now.Add(-time.Hour)))
-	p.ledger.setStatus(seedStatus("fresh", now.Add(-time.Minute)))
-	p.ledger.setStatus(seedStatus("old-lease", now.Add(-time.Hour)))
+	p.ledger.SetStatus(ledgertest.SeedStatus("stale", now.Add(-time.Hour)))
+	p.ledger.SetStatus(ledgertest.SeedStatus("fresh", now.Add(-time.Minute)))
+	p.ledger.SetStatus(ledgertest.SeedStatus("old-lease", now.Add(-time.Hour)))
 	for _, tt := range []struct {
 		name     string
 		old, new *coordinationv1.Lease
@@ -138,9 +140,9 @@ func TestLivenessRenewalHint(t *testing.T) {
 		{"node without a status", nil, livenessLease("unknown", now), false},
 	} {
 		p.changed.take()
-		p.ledger.setRenewed(*tt.new.Spec.HolderIdentity, time.Time{})
+		p.ledger.SetRenewed(*tt.new.Spec.HolderIdentity, time.Time{})
 		if tt.old != nil {
-			p.ledger.setRenewed(*tt.old.Spec.HolderIdentity, tt.old.Spec.RenewTime.Time)
+			p.ledger.SetRenewed(*tt.old.Spec.HolderIdentity, tt.old.Spec.RenewTime.Time)
 		}
 		if tt.old == nil {
 			h.OnAdd(tt.new, false)
@@ -159,20 +161,20 @@ func TestStatusHeartbeatHintCountsTheLease(t *testing.T) {
 	p := livenessPlugin(t)
 	now := p.clock.Now()
 	h := p.nodeStatusHandler(t.Context())
-	old := seedStatus("n", now.Add(-25*time.Minute))
+	old := ledgertest.SeedStatus("n", now.Add(-25*time.Minute))
 	h.OnAdd(old, false)
-	p.ledger.setRenewed("n", now.Add(-time.Minute))
+	p.ledger.SetRenewed("n", now.Add(-time.Minute))
 	p.changed.take()
-	refreshed := seedStatus("n", now)
+	refreshed := ledgertest.SeedStatus("n", now)
 	h.OnUpdate(old, refreshed)
 	if len(p.changed.take()) != 0 {
 		t.Error("a status refresh of a node its lease keeps fresh reactivated waiting pods")
 	}
-	p.ledger.setRenewed("n", time.Time{}) // the lease went; the status alone judges
-	stale := seedStatus("n", now.Add(-time.Hour))
+	p.ledger.SetRenewed("n", time.Time{}) // the lease went; the status alone judges
+	stale := ledgertest.SeedStatus("n", now.Add(-time.Hour))
 	h.OnUpdate(refreshed, stale)
 	p.changed.take()
-	h.OnUpdate(stale, seedStatus("n", now))
+	h.OnUpdate(stale, ledgertest.SeedStatus("n", now))
 	if len(p.changed.take()) == 0 {
 		t.Error("a status write that made a stale node fresh reactivated nobody")
 	}

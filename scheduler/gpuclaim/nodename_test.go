@@ -9,6 +9,7 @@ import (
 	framework "k8s.io/kubernetes/pkg/scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // A node name of 64 to 253 characters is a valid node name but no label value, so its GPU
@@ -16,27 +17,27 @@ import (
 // at every lock.
 func TestNodeNameTooLongForALeaseLabel(t *testing.T) {
 	long := strings.Repeat("n", 70)
-	claim := claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
-	e := newTestEnv(t, []*v1.Node{node(long, nil)}, claim)
-	_, st, _ := e.schedule(t, gpuPod("alone", "c"))
+	claim := ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node(long, nil)}, claim)
+	_, st, _ := e.schedule(t, ledgertest.Pod("alone", "c"))
 	if st == nil || st.Code() == fwk.Error {
 		t.Fatalf("pod whose only node has a %d-character name: %v; want it unschedulable, not an error retried forever", len(long), st)
 	}
 	// Filter says why (preemption's dry runs and other offers reach it).
 	cs := framework.NewCycleState()
-	if _, st := e.p.PreFilter(t.Context(), cs, gpuPod("probe", "c"), nil); st.Code() == fwk.Error {
+	if _, st := e.p.PreFilter(t.Context(), cs, ledgertest.Pod("probe", "c"), nil); st.Code() == fwk.Error {
 		t.Fatal(st)
 	}
 	ni := framework.NewNodeInfo()
-	ni.SetNode(node(long, nil))
-	if st := e.p.Filter(t.Context(), cs, gpuPod("probe", "c"), ni); st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "longer than 63 characters") {
+	ni.SetNode(ledgertest.Node(long, nil))
+	if st := e.p.Filter(t.Context(), cs, ledgertest.Pod("probe", "c"), ni); st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "longer than 63 characters") {
 		t.Errorf("Filter on the long-named node: %v", st)
 	}
 
 	// Beside a node with a short name, the pod lands there.
-	e = newTestEnv(t, []*v1.Node{node(long, nil), node("short", nil)}, claim)
+	e = newTestEnv(t, []*v1.Node{ledgertest.Node(long, nil), ledgertest.Node("short", nil)}, claim)
 	for i := range 3 {
-		pod := gpuPod("p"+string(rune('a'+i)), "c")
+		pod := ledgertest.Pod("p"+string(rune('a'+i)), "c")
 		if i > 0 {
 			// One claim serves one pod: each attempt gets its own claim.
 			c := claim.DeepCopy()

@@ -6,9 +6,14 @@
 // One file per extension point: preenqueue.go (with several scheduler processes, each queues
 // only its share of the pods; scheduler/peers), prefilter.go, filter.go, score.go, reserve.go, permit.go,
 // prebind.go, bind.go, postbind.go, postfilter.go, and events.go for the queueing hints;
-// gang.go keeps the claims of a gang all or nothing; schedulingmap.go pins a pod to its entry
-// in the gpu-scheduling-map annotation. ledger.go is the
-// in-memory ledger, leases.go the lease operations, lifecycle.go releases GPUs when pods go.
+// gang.go keeps the claims of a gang all or nothing; leases.go holds the lease operations,
+// lifecycle.go releases GPUs when pods go.
+//
+// What the plugin decides with lives in claims/ledger, free of the framework so that kubectl gpu
+// judges nodes with the same code: the in-memory ledger of who holds which GPU, the node
+// judgement Filter returns (ledger.Judge), the candidate offer, the gang fit, a pod's
+// gpu-scheduling-map entry (ledger.PinOf) and the dry run. This package is the framework glue:
+// informers, extension points, leases and status writes.
 package gpuclaim
 
 import (
@@ -41,6 +46,7 @@ import (
 	gpulisters "github.com/gpu-scheduler/gpu-scheduler/api/generated/listers/api/v1"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
@@ -98,7 +104,7 @@ type Plugin struct {
 	// leaseIndexer finds a pod's leases by holder UID without scanning every lease.
 	leaseIndexer cache.Indexer
 
-	ledger *ledger
+	ledger *ledger.Ledger
 	pods   *podTracker
 	// relaxed remembers pods whose last attempt found no node in the best fit tier, so that
 	// the next attempt considers the next tier (see postfilter.go).
@@ -170,7 +176,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		clock:        clk,
 		client:       h.ClientSet(),
 		gpuClient:    gpuClient,
-		ledger:       newLedger(),
+		ledger:       ledger.New(),
 		pods:         newPodTracker(),
 		relaxed:      newRelaxations(),
 		releaseQueue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.UID]()),
@@ -181,11 +187,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		foreign:      newForeignLeases(),
 		admit:        newAdmitGate(ptr.Deref(args.DeviceResourceName, "")),
 	}
-	p.ledger.now = clk.Now
+	p.ledger.SetClock(clk.Now)
 	p.status = newStatusWriter(p)
 	// The GPUs gauge reads this plugin's ledger at scrape time. With several profiles the last
 	// plugin made wins; they all see the same cluster.
-	metrics.SetFleetSource(p.ledger.gpuCounts)
+	metrics.SetFleetSource(p.ledger.GPUCounts)
 	metrics.SetPendingSource(func() (int, float64) { return p.waiting.pendingStats(p.clock.Now()) })
 	p.fieldManager = fieldManagerFor(h)
 
@@ -321,11 +327,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 // A status labelled for another scheduler (that release's agent runs on the node) is left
 // out, as if the node had none: its GPUs are locked in the other release's lease namespace,
 // which this scheduler does not see. A status that is not named after the node it describes
-// (statusNode) is left out too, and said so in the log.
+// (ledger.StatusNode) is left out too, and said so in the log.
 func (p *Plugin) nodeStatusHandler(ctx context.Context) cache.ResourceEventHandler {
 	logger := klog.FromContext(ctx)
 	valid := func(gns *apiv1.GpuNodeStatus, report bool) bool {
-		_, err := statusNode(gns)
+		_, err := ledger.StatusNode(gns)
 		if err != nil && report {
 			logger.Error(err, "Ignoring a GpuNodeStatus", "gpuNodeStatus", gns.Name, "nodeName", gns.Spec.NodeName)
 		}
@@ -334,8 +340,8 @@ func (p *Plugin) nodeStatusHandler(ctx context.Context) cache.ResourceEventHandl
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok && p.inPool(gns) && valid(gns, true) {
-				p.ledger.setStatus(gns)
-				p.gpusChanged(nodeNameOf(gns))
+				p.ledger.SetStatus(gns)
+				p.gpusChanged(gns.Name)
 			}
 		},
 		UpdateFunc: func(old, obj any) {
@@ -345,12 +351,12 @@ func (p *Plugin) nodeStatusHandler(ctx context.Context) cache.ResourceEventHandl
 			}
 			prev, _ := old.(*apiv1.GpuNodeStatus)
 			if !p.inPool(gns) || !valid(gns, prev == nil || prev.Spec.NodeName != gns.Spec.NodeName) {
-				p.ledger.deleteStatus(nodeNameOf(gns))
+				p.ledger.DeleteStatus(gns.Name)
 				return
 			}
-			before, after := p.ledger.setStatus(gns)
+			before, after := p.ledger.SetStatus(gns)
 			if prev != nil && (!p.inPool(prev) || !valid(prev, false) || p.mayHelp(prev, gns) || p.becameFresh(before, after)) {
-				p.gpusChanged(nodeNameOf(gns))
+				p.gpusChanged(gns.Name)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -358,7 +364,7 @@ func (p *Plugin) nodeStatusHandler(ctx context.Context) cache.ResourceEventHandl
 				obj = t.Obj
 			}
 			if gns, ok := obj.(*apiv1.GpuNodeStatus); ok {
-				p.ledger.deleteStatus(nodeNameOf(gns))
+				p.ledger.DeleteStatus(gns.Name)
 			}
 		},
 	}
@@ -370,8 +376,8 @@ func (p *Plugin) claimHandler(ctx context.Context) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if c, ok := obj.(*apiv1.GpuClaim); ok {
-				p.activateClaim(ctx, claimKey(c.Namespace, c.Name))
-				if g := gangKey(c); g != "" {
+				p.activateClaim(ctx, claims.Key(c.Namespace, c.Name))
+				if g := ledger.GangKey(c); g != "" {
 					p.activateGang(ctx, g) // one more member may complete the gang
 				}
 			}
@@ -380,7 +386,7 @@ func (p *Plugin) claimHandler(ctx context.Context) cache.ResourceEventHandler {
 			c, ok := obj.(*apiv1.GpuClaim)
 			prev, ok2 := old.(*apiv1.GpuClaim)
 			if ok && ok2 && (c.Generation != prev.Generation || c.Status.PodUID != prev.Status.PodUID) {
-				p.activateClaim(ctx, claimKey(c.Namespace, c.Name))
+				p.activateClaim(ctx, claims.Key(c.Namespace, c.Name))
 			}
 		},
 		// A pod made again under the name of one that went (a StatefulSet's) waits for the
@@ -390,7 +396,7 @@ func (p *Plugin) claimHandler(ctx context.Context) cache.ResourceEventHandler {
 				obj = t.Obj
 			}
 			if c, ok := obj.(*apiv1.GpuClaim); ok {
-				p.activateClaim(ctx, claimKey(c.Namespace, c.Name))
+				p.activateClaim(ctx, claims.Key(c.Namespace, c.Name))
 			}
 		},
 	}
@@ -411,7 +417,7 @@ func (p *Plugin) leaseHandler(ctx context.Context) cache.ResourceEventHandler {
 			if l, ok := obj.(*coordinationv1.Lease); ok {
 				if ref, ok := parseLease(l); ok {
 					for _, uid := range ref.holders {
-						p.ledger.remove(uid, ref.node, []int{ref.gpu}, fromLease)
+						p.ledger.Remove(uid, ref.node, []int{ref.gpu}, ledger.FromLease)
 					}
 					p.gpusChanged(ref.node)
 				}
@@ -436,7 +442,7 @@ func (p *Plugin) observeLease(logger klog.Logger, old, obj any) {
 		return // a half-labelled lease the scheduler did not make (foreign.go)
 	}
 	if ol, ok := old.(*coordinationv1.Lease); ok {
-		if _, _, wasForeign := foreignRef(ol); wasForeign {
+		if _, _, wasForeign := ledger.ForeignRef(ol); wasForeign {
 			p.forgetForeign(ol)
 		}
 	}
@@ -450,13 +456,13 @@ func (p *Plugin) observeLease(logger klog.Logger, old, obj any) {
 		if p.pods.wasDeleted(uid) {
 			continue
 		}
-		p.ledger.add(uid, ref.node, []int{ref.gpu}, ref.shared, fromLease)
+		p.ledger.Add(uid, ref.node, []int{ref.gpu}, ref.shared, ledger.FromLease)
 	}
 	if ol, ok := old.(*coordinationv1.Lease); ok {
 		if oref, ok := parseLease(ol); ok {
 			for _, uid := range oref.holders {
 				if !now[uid] {
-					p.ledger.remove(uid, oref.node, []int{oref.gpu}, fromLease)
+					p.ledger.Remove(uid, oref.node, []int{oref.gpu}, ledger.FromLease)
 				}
 			}
 		}
@@ -485,7 +491,7 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 	if !ok {
 		return
 	}
-	if podFinished(pod) {
+	if claims.PodFinished(pod) {
 		p.finished(pod)
 		return
 	}
@@ -499,7 +505,7 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 		}
 	}
 	// A bound pod carrying an allocation holds those GPUs even if its leases were lost.
-	if alloc, ok := boundAllocation(pod); ok {
+	if alloc, ok := ledger.BoundAllocation(pod); ok {
 		shared := false
 		if name, ok := claimName(pod); ok {
 			if c, err := p.claimLister.GpuClaims(pod.Namespace).Get(name); err == nil {
@@ -510,7 +516,7 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 				}
 			}
 		}
-		p.ledger.add(pod.UID, alloc.Node, alloc.IDs, shared, fromPod)
+		p.ledger.Add(pod.UID, alloc.Node, alloc.IDs, shared, ledger.FromPod)
 	}
 }
 
@@ -522,10 +528,10 @@ func (p *Plugin) podGone(pod *v1.Pod) {
 	p.relaxed.forget(pod.UID)
 	p.waiting.remove(pod.UID)
 	p.deferred.remove(pod.UID)
-	if node, _ := p.ledger.holdsOf(pod.UID); node != "" {
+	if node, _ := p.ledger.HoldsOf(pod.UID); node != "" {
 		p.gpusChanged(node)
 	}
-	p.ledger.forget(pod.UID)
+	p.ledger.Forget(pod.UID)
 	// Only our own pod's claim goes back to Pending here: another release's claim is its
 	// scheduler's to release (and that pod's leases are in the other release's namespace).
 	ref := podRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}

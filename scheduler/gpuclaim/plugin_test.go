@@ -33,6 +33,7 @@ import (
 
 	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // harness builds the plugin over fake clientsets and a real framework handle, with the given
@@ -64,7 +65,7 @@ func newTestEnvArgs(t *testing.T, args *Args, nodes []*v1.Node, objs ...runtime.
 	kube := fake.NewClientset()
 	var gpuObjs []runtime.Object
 	for _, n := range nodes {
-		gpuObjs = append(gpuObjs, seedStatus(n.Name, clk.Now()))
+		gpuObjs = append(gpuObjs, ledgertest.SeedStatus(n.Name, clk.Now()))
 	}
 	gpuObjs = append(gpuObjs, objs...)
 	gpu := gpufake.NewSimpleClientset(gpuObjs...)
@@ -138,14 +139,6 @@ func (a *recordingActivator) has(key string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Contains(a.pods, key)
-}
-
-func node(name string, labels map[string]string) *v1.Node {
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-}
-
-func claimObj(name string, spec apiv1.GpuClaimSpec) *apiv1.GpuClaim {
-	return &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: spec}
 }
 
 // schedule runs the extension points in the framework's order for one pod and returns the
@@ -224,11 +217,11 @@ func (e *testEnv) bind(t *testing.T, pod *v1.Pod, best string, cs fwk.CycleState
 }
 
 func TestScheduleCycle(t *testing.T) {
-	nodes := []*v1.Node{node("a", nil), node("b", map[string]string{"gpu-type": "a100"})}
+	nodes := []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", map[string]string{"gpu-type": "a100"})}
 	e := newTestEnv(t, nodes,
-		claimObj("fast", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"gpu-type": "a100"}}}),
+		ledgertest.Claim("fast", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"gpu-type": "a100"}}}),
 	)
-	pod := gpuPod("p", "fast")
+	pod := ledgertest.Pod("p", "fast")
 	got, st, _ := e.schedule(t, pod)
 	if st != nil || got != "b" {
 		t.Fatalf("scheduled on %q, status %v; want node b (the selector)", got, st)
@@ -261,8 +254,8 @@ func TestScheduleCycle(t *testing.T) {
 		t.Fatalf("claim status %+v", c.Status)
 	}
 	// The same 4 fast GPUs cannot be had again on b; nothing else fits the Required claim.
-	createClaimStatusLess(t, e, claimObj("fast2", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"gpu-type": "a100"}}}))
-	if _, st, _ := e.schedule(t, gpuPod("q", "fast2")); st == nil || st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "no node has 4 healthy free GPUs in one island with ≥ 600 GB/s for GpuClaim ns/fast2") {
+	createClaimStatusLess(t, e, ledgertest.Claim("fast2", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"gpu-type": "a100"}}}))
+	if _, st, _ := e.schedule(t, ledgertest.Pod("q", "fast2")); st == nil || st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "no node has 4 healthy free GPUs in one island with ≥ 600 GB/s for GpuClaim ns/fast2") {
 		t.Fatalf("second claim status %v", st)
 	}
 }
@@ -291,19 +284,19 @@ func eventuallyTrue(t *testing.T, cond func() bool) {
 }
 
 func TestPreFilterRejections(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)},
-		claimObj("mig", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1, Exclusivity: apiv1.MIG}}),
-		claimObj("ok", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("mig", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1, Exclusivity: apiv1.MIG}}),
+		ledgertest.Claim("ok", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
 	)
 	tests := []struct {
 		pod  *v1.Pod
 		code fwk.Code
 		want string
 	}{
-		{gpuPod("plain", ""), fwk.Skip, ""},
-		{gpuPod("missing", "nope"), fwk.UnschedulableAndUnresolvable, "GpuClaim ns/nope named by pod missing does not exist"},
-		{gpuPod("mig", "mig"), fwk.UnschedulableAndUnresolvable, "GpuClaim ns/mig is invalid: spec.devices.exclusivity MIG is not supported yet; use Exclusive or Shared"},
-		{gpuPod("empty", ""), fwk.Skip, ""},
+		{ledgertest.Pod("plain", ""), fwk.Skip, ""},
+		{ledgertest.Pod("missing", "nope"), fwk.UnschedulableAndUnresolvable, "GpuClaim ns/nope named by pod missing does not exist"},
+		{ledgertest.Pod("mig", "mig"), fwk.UnschedulableAndUnresolvable, "GpuClaim ns/mig is invalid: spec.devices.exclusivity MIG is not supported yet; use Exclusive or Shared"},
+		{ledgertest.Pod("empty", ""), fwk.Skip, ""},
 	}
 	tests[3].pod.Annotations[apiv1.AnnotationClaim] = ""
 	tests[3].code, tests[3].want = fwk.UnschedulableAndUnresolvable, "has an empty gpu.scheduling/claim annotation"
@@ -314,18 +307,18 @@ func TestPreFilterRejections(t *testing.T) {
 		}
 	}
 	// A claim held by a live pod refuses a second pod.
-	holder := gpuPod("holder", "ok")
+	holder := ledgertest.Pod("holder", "ok")
 	if _, st, _ := e.schedule(t, holder); st != nil {
 		t.Fatal(st)
 	}
 	e.p.pods.observe(holder)
-	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), gpuPod("second", "ok"), nil)
+	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), ledgertest.Pod("second", "ok"), nil)
 	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "GpuClaim ns/ok is held by pod ns/holder; one claim serves one pod at a time") {
 		t.Fatalf("second pod of a held claim: %v", st)
 	}
 	// Once the holder is gone, the claim is free again.
 	e.p.podGone(holder)
-	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), gpuPod("second", "ok"), nil); !st.IsSuccess() {
+	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), ledgertest.Pod("second", "ok"), nil); !st.IsSuccess() {
 		t.Fatalf("claim of a deleted pod still held: %v", st)
 	}
 }
@@ -356,9 +349,9 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 		{name: "not seen yet", seen: false, want: "GPU 5 on node a (lease gpu-a-5): GPU lease held by another pod", creates: 1, all: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newTestEnv(t, []*v1.Node{node("a", nil)},
-				claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
-			pod := gpuPod("p", "two")
+			e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+				ledgertest.Claim("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
+			pod := ledgertest.Pod("p", "two")
 			if _, err := e.kube.CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -425,14 +418,14 @@ func TestPreBindLosesLeaseRace(t *testing.T) {
 			// The lease informer may hand over the create of a released lease after Unreserve
 			// dropped it from the ledger, and its delete just after: the ledger holds the GPU
 			// until then, which errs on the safe side.
-			eventuallyTrue(t, func() bool { n, ids := e.p.ledger.holdsOf(pod.UID); return n == "" && len(ids) == 0 })
+			eventuallyTrue(t, func() bool { n, ids := e.p.ledger.HoldsOf(pod.UID); return n == "" && len(ids) == 0 })
 		})
 	}
 }
 
 func TestUnreserveIsIdempotent(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
-	pod := gpuPod("p", "one")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	pod := ledgertest.Pod("p", "one")
 	cs := framework.NewCycleState()
 	if _, st := e.p.PreFilter(t.Context(), cs, pod, nil); !st.IsSuccess() {
 		t.Fatal(st)
@@ -453,10 +446,10 @@ func TestUnreserveIsIdempotent(t *testing.T) {
 }
 
 func TestPreBindTakesOverLeaseOfDeletedPod(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)},
-		claimObj("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
 	// The pod that held GPU 5 was deleted; its lease is not released yet.
-	dead := gpuPod("dead", "")
+	dead := ledgertest.Pod("dead", "")
 	if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpu-a-5", Namespace: "gpu-scheduler", Labels: map[string]string{apiv1.LabelLeaseNode: "a", apiv1.LabelLeaseGPU: "5"}},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptrTo(string(dead.UID))},
@@ -465,10 +458,10 @@ func TestPreBindTakesOverLeaseOfDeletedPod(t *testing.T) {
 	}
 	// Only the tracker learns of the deletion: the release queue is left out, because the fake
 	// clientset ignores delete preconditions and a racing release could remove the new lease.
-	eventuallyTrue(t, func() bool { n, ids := e.p.ledger.holdsOf(dead.UID); return n == "a" && len(ids) == 1 })
+	eventuallyTrue(t, func() bool { n, ids := e.p.ledger.HoldsOf(dead.UID); return n == "a" && len(ids) == 1 })
 	e.p.pods.gone(dead.UID)
-	e.p.ledger.forget(dead.UID)
-	pod := gpuPod("p", "two")
+	e.p.ledger.Forget(dead.UID)
+	pod := ledgertest.Pod("p", "two")
 	if _, st, _ := e.schedule(t, pod); st != nil {
 		t.Fatalf("status %v; the lease of a deleted pod should be taken over", st)
 	}
@@ -495,12 +488,12 @@ func TestPreBindTakesOverLeaseOfDeletedPod(t *testing.T) {
 // exist yet goes back to the active queue as soon as the plugin's own informer sees the claim,
 // whatever the scheduler's queueing hints saw first.
 func TestWaitingPodsActivatedByPluginInformers(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
-	pod := gpuPod("early", "late")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
+	pod := ledgertest.Pod("early", "late")
 	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), pod, nil); st.Code() != fwk.UnschedulableAndUnresolvable {
 		t.Fatalf("status %v, want the missing claim reported", st)
 	}
-	createClaimStatusLess(t, e, claimObj("late", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	createClaimStatusLess(t, e, ledgertest.Claim("late", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	eventuallyTrue(t, func() bool { return e.activated.has("ns/early") })
 }
 
@@ -509,9 +502,9 @@ func TestWaitingPodsActivatedByPluginInformers(t *testing.T) {
 // dropping them left such a pod pending with "no node has N healthy free GPUs" and nothing
 // to requeue it once the taint was gone.
 func TestRelaxedTierKeepsBetterNodes(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)},
-		claimObj("four", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyPreferred, MinBandwidthGBps: 600}}))
-	pod := gpuPod("p", "four")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("four", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyPreferred, MinBandwidthGBps: 600}}))
+	pod := ledgertest.Pod("p", "four")
 	activations := func() int {
 		e.activated.mu.Lock()
 		defer e.activated.mu.Unlock()
@@ -539,14 +532,14 @@ func TestRelaxedTierKeepsBetterNodes(t *testing.T) {
 // pod's GPUs as free, without changing the cycle's own state or other clones, and putting
 // the pod back (a reprieve) must take them again.
 func TestPreemptionDryRunSeesRemovedPodsGPUs(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)},
-		claimObj("low", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 7}}),
-		claimObj("high", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}}))
-	low := gpuPod("low", "low")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("low", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 7}}),
+		ledgertest.Claim("high", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}}))
+	low := ledgertest.Pod("low", "low")
 	if _, st, _ := e.schedule(t, low); st != nil {
 		t.Fatal(st)
 	}
-	high := gpuPod("high", "high")
+	high := ledgertest.Pod("high", "high")
 	cs := framework.NewCycleState()
 	if _, st := e.p.PreFilter(t.Context(), cs, high, nil); st.Code() != fwk.Unschedulable {
 		t.Fatalf("PreFilter on a full node: %v", st)
@@ -585,11 +578,11 @@ func TestPreemptionDryRunSeesRemovedPodsGPUs(t *testing.T) {
 
 // The activator sends back only the waiting pods whose claim fits a node that changed.
 func TestActivatorWakesOnlyPodsThatFitAChangedNode(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil), node("b", map[string]string{"gpu-type": "h100"})},
-		claimObj("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
-		claimObj("eight", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 8}}), // 7 healthy GPUs per node
-		claimObj("on-b", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"gpu-type": "h100"}}}))
-	for _, p := range []*v1.Pod{gpuPod("one", "one"), gpuPod("eight", "eight"), gpuPod("on-b", "on-b")} {
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", map[string]string{"gpu-type": "h100"})},
+		ledgertest.Claim("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
+		ledgertest.Claim("eight", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 8}}), // 7 healthy GPUs per node
+		ledgertest.Claim("on-b", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"gpu-type": "h100"}}}))
+	for _, p := range []*v1.Pod{ledgertest.Pod("one", "one"), ledgertest.Pod("eight", "eight"), ledgertest.Pod("on-b", "on-b")} {
 		e.p.waiting.add(p, "ns/"+p.Name, "")
 	}
 	e.p.activateChanged(t.Context()) // nothing changed: nothing to do
@@ -612,12 +605,12 @@ func TestActivatorWakesOnlyPodsThatFitAChangedNode(t *testing.T) {
 // free, judged from the ledger without that pod (its release may not have landed yet).
 func TestPodDeletedHintAsksWhetherTheClaimFits(t *testing.T) {
 	fast := &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired, MinBandwidthGBps: 600}
-	e := newTestEnv(t, []*v1.Node{node("a", nil)},
-		claimObj("big", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: fast}),
-		claimObj("rest", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 3}}),
-		claimObj("want-fast", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: fast}),
-		claimObj("want-two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
-	big, rest := gpuPod("big", "big"), gpuPod("rest", "rest")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("big", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: fast}),
+		ledgertest.Claim("rest", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 3}}),
+		ledgertest.Claim("want-fast", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Topology: fast}),
+		ledgertest.Claim("want-two", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}))
+	big, rest := ledgertest.Pod("big", "big"), ledgertest.Pod("rest", "rest")
 	for _, p := range []*v1.Pod{big, rest} {
 		if _, st, _ := e.schedule(t, p); st != nil {
 			t.Fatal(st)
@@ -625,7 +618,7 @@ func TestPodDeletedHintAsksWhetherTheClaimFits(t *testing.T) {
 	}
 	bound := func(p *v1.Pod) *v1.Pod {
 		out := p.DeepCopy()
-		node, ids := e.p.ledger.holdsOf(p.UID)
+		node, ids := e.p.ledger.HoldsOf(p.UID)
 		out.Spec.NodeName = node
 		out.Annotations[apiv1.AnnotationAllocated] = apiv1.Allocation{Node: node, IDs: ids}.String()
 		return out
@@ -635,9 +628,9 @@ func TestPodDeletedHintAsksWhetherTheClaimFits(t *testing.T) {
 		deleted, pending *v1.Pod
 		want             fwk.QueueingHint
 	}{
-		{bound(rest), gpuPod("p1", "want-two"), fwk.Queue},
-		{bound(rest), gpuPod("p2", "want-fast"), fwk.QueueSkip}, // the 600 GB/s island is still held
-		{bound(big), gpuPod("p3", "want-fast"), fwk.Queue},
+		{bound(rest), ledgertest.Pod("p1", "want-two"), fwk.Queue},
+		{bound(rest), ledgertest.Pod("p2", "want-fast"), fwk.QueueSkip}, // the 600 GB/s island is still held
+		{bound(big), ledgertest.Pod("p3", "want-fast"), fwk.Queue},
 	} {
 		got, err := e.p.isSchedulableAfterPodDeleted(logger, tt.pending, tt.deleted, nil)
 		if got != tt.want || err != nil {
@@ -649,9 +642,9 @@ func TestPodDeletedHintAsksWhetherTheClaimFits(t *testing.T) {
 // A claim update sends back the pods naming it only when it can matter: a new spec
 // (generation) or a change of holder; a status message alone does not.
 func TestClaimUpdateActivatesItsPods(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
-	e.p.waiting.add(gpuPod("p", "c"), "ns/c", "")
-	e.p.waiting.add(gpuPod("q", "other"), "ns/other", "")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
+	e.p.waiting.add(ledgertest.Pod("p", "c"), "ns/c", "")
+	e.p.waiting.add(ledgertest.Pod("q", "other"), "ns/other", "")
 	c := &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", Generation: 1}}
 	held := c.DeepCopy()
 	held.Status.PodUID = "someone"
@@ -687,12 +680,12 @@ func TestClaimUpdateActivatesItsPods(t *testing.T) {
 // The plugin writes claims only for pods of its own profile: a second release (another
 // --scheduler-name) next to it keeps its claims to itself.
 func TestOursFollowsTheProfileName(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
 	if got := e.p.handle.ProfileName(); got != "gpu-scheduler" {
 		t.Fatalf("test profile %q", got)
 	}
 	for name, want := range map[string]bool{"gpu-scheduler": true, "gpu-canary": false, "default-scheduler": false} {
-		p := gpuPod("p", "c")
+		p := ledgertest.Pod("p", "c")
 		p.Spec.SchedulerName = name
 		if got := e.p.ours(p); got != want {
 			t.Errorf("pod of %q: ours = %v, want %v", name, got, want)
@@ -703,8 +696,8 @@ func TestOursFollowsTheProfileName(t *testing.T) {
 // A node whose GpuNodeStatus is labelled for another scheduler is in that release's pool: this
 // scheduler leaves it out however free its GPUs are, and takes it in once the label names it.
 func TestNodesOfAnotherSchedulersPoolAreLeftOut(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil), node("b", nil)},
-		claimObj("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", nil)},
+		ledgertest.Claim("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	e.setHealth(t, "a", apiv1.Unhealthy) // only b could serve the claim
 	label := func(owner string) {
 		t.Helper()
@@ -718,15 +711,15 @@ func TestNodesOfAnotherSchedulersPoolAreLeftOut(t *testing.T) {
 		}
 	}
 	label("gpu-canary")
-	eventuallyTrue(t, func() bool { n, _ := e.p.ledger.snapshot("b"); return n == nil })
-	pod := gpuPod("p", "one")
+	eventuallyTrue(t, func() bool { n, _ := e.p.ledger.NodeView("b"); return n == nil })
+	pod := ledgertest.Pod("p", "one")
 	if node, st, _ := e.schedule(t, pod); st.IsSuccess() {
 		t.Fatalf("pod placed on %s, a node of scheduler gpu-canary's pool", node)
 	} else {
 		wantStatus(t, "pod with only gpu-canary's node free", st, fwk.Unschedulable, "no node has 1 healthy free GPUs")
 	}
 	label("gpu-scheduler")
-	eventuallyTrue(t, func() bool { n, _ := e.p.ledger.snapshot("b"); return n != nil })
+	eventuallyTrue(t, func() bool { n, _ := e.p.ledger.NodeView("b"); return n != nil })
 	if err := e.kube.CoreV1().Pods(pod.Namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -739,9 +732,9 @@ func TestNodesOfAnotherSchedulersPoolAreLeftOut(t *testing.T) {
 // lease and claim, and nothing reads those entries.
 func TestInformersDropManagedFields(t *testing.T) {
 	mf := []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1"}}
-	c := claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
+	c := ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
 	c.ManagedFields = mf
-	e := newTestEnv(t, []*v1.Node{node("n1", nil)}, c)
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("n1", nil)}, c)
 	got, err := e.p.claimLister.GpuClaims("ns").Get("c")
 	if err != nil {
 		t.Fatal(err)
@@ -771,9 +764,9 @@ func TestInformersDropManagedFields(t *testing.T) {
 // agent's liveness lease is renewed: the plugin's liveness informer sees the renewal, the node
 // turns fresh and the waiting pod is sent back to the queue. The liveness lease holds nothing.
 func TestLivenessLeaseMakesAStaleNodeSchedulable(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("one", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	e.clock.Step(30 * time.Minute) // the status (written at the start) is 30 minutes old
-	pod := gpuPod("one", "one")
+	pod := ledgertest.Pod("one", "one")
 	if _, st, _ := e.schedule(t, pod); st == nil || !strings.Contains(st.Message(), "GpuNodeStatus and agent liveness lease older than") {
 		t.Fatalf("status %v on a stale node; want the stale node reported", st)
 	}
@@ -790,13 +783,11 @@ func TestLivenessLeaseMakesAStaleNodeSchedulable(t *testing.T) {
 		e.p.activateChanged(t.Context())
 		return e.activated.has("ns/one")
 	})
-	e.p.ledger.mu.RLock()
-	holds := len(e.p.ledger.nodes["a"].holds)
-	e.p.ledger.mu.RUnlock()
+	holds := e.p.ledger.HeldGPUs("a")
 	if holds != 0 {
 		t.Errorf("node a has %d GPUs held after the liveness lease came", holds)
 	}
-	if got, st, _ := e.schedule(t, gpuPod("one-again", "one")); st != nil || got != "a" {
+	if got, st, _ := e.schedule(t, ledgertest.Pod("one-again", "one")); st != nil || got != "a" {
 		t.Fatalf("scheduled on %q, status %v; want node a, fresh by its lease", got, st)
 	}
 }

@@ -6,6 +6,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 )
 
 // podInfo is what the plugin needs to know of a live pod.
@@ -50,7 +53,7 @@ func (t *podTracker) wasDeleted(uid types.UID) bool {
 func (t *podTracker) observe(pod *v1.Pod) (changed bool) {
 	info := podInfo{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
 	if name, ok := claimName(pod); ok && name != "" {
-		info.Claim = claimKey(pod.Namespace, name)
+		info.Claim = claims.Key(pod.Namespace, name)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -117,7 +120,7 @@ type relaxations struct {
 }
 
 type relaxation struct {
-	tier     fit
+	tier     ledger.Fit
 	uncapped bool
 }
 
@@ -125,26 +128,26 @@ func newRelaxations() *relaxations { return &relaxations{tiers: map[types.UID]re
 
 // tier is the lowest tier PreFilter may offer a pod, and whether it offers every node of its
 // tiers instead of the capped best ones.
-func (r *relaxations) tier(uid types.UID) (fit, bool) {
+func (r *relaxations) tier(uid types.UID) (ledger.Fit, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t, ok := r.tiers[uid]; ok {
 		return t.tier, t.uncapped
 	}
-	return fitIslandBandwidth, false
+	return ledger.FitIslandBandwidth, false
 }
 
 // relax widens a pod's next offer after every offered node failed: first every node of the
 // same tiers when the offer was capped, then the tier below the one that failed; false when
 // nothing is left to widen.
-func (r *relaxations) relax(uid types.UID, failed fit, capped bool) bool {
+func (r *relaxations) relax(uid types.UID, failed ledger.Fit, capped bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if capped && !r.tiers[uid].uncapped {
 		r.tiers[uid] = relaxation{tier: failed, uncapped: true}
 		return true
 	}
-	if failed <= fitNode {
+	if failed <= ledger.FitNode {
 		return false
 	}
 	r.tiers[uid] = relaxation{tier: failed - 1, uncapped: r.tiers[uid].uncapped}

@@ -10,6 +10,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
@@ -68,7 +69,7 @@ func (p *Plugin) releaseStale(ctx context.Context, pod *v1.Pod, keep []string) {
 			continue
 		}
 		if ref, ok := parseLease(l); ok {
-			p.ledger.remove(pod.UID, ref.node, []int{ref.gpu}, fromLease)
+			p.ledger.Remove(pod.UID, ref.node, []int{ref.gpu}, ledger.FromLease)
 		}
 		metrics.LeasesReleased.Inc()
 	}

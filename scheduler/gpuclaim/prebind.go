@@ -11,6 +11,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
@@ -122,7 +123,7 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return fwk.AsStatus(fmt.Errorf("locking GPUs %v on node %s for pod %s/%s: %w", s.ids, nodeName, pod.Namespace, pod.Name, err))
 	}
 	// The leases are ours: record them in the ledger now rather than waiting for the informer.
-	p.ledger.add(pod.UID, nodeName, s.ids, shared, fromLease)
+	p.ledger.Add(pod.UID, nodeName, s.ids, shared, ledger.FromLease)
 	metrics.AllocationLatency.Observe(leased.Seconds())
 
 	if !took {

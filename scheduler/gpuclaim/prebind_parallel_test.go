@@ -11,13 +11,14 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // A scheduler alone takes the claim while its GPU leases are being created, not after: the
 // Binding waits for one round trip, not two. The lease create here waits for the claim's status
 // write to arrive; taken after the leases, it never does while the create waits.
 func TestClaimTakenBesideTheLeases(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	claimWritten := make(chan struct{})
 	e.gpu.PrependReactor("update", "gpuclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "status" {
@@ -38,7 +39,7 @@ func TestClaimTakenBesideTheLeases(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	pod := gpuPod("p", "c")
+	pod := ledgertest.Pod("p", "c")
 	if _, st, _ := e.schedule(t, pod); st != nil {
 		t.Fatalf("scheduling: %v", st)
 	}
@@ -57,12 +58,12 @@ func TestClaimTakenBesideTheLeases(t *testing.T) {
 // A lease race lost while the claim was being taken beside it gives the claim back, and nothing
 // is bound: the leases alone keep two pods off one GPU.
 func TestLostLeaseRaceGivesTheClaimTakenBesideBack(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	e.kube.PrependReactor("create", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		l := a.(clienttesting.CreateAction).GetObject().(metav1.Object)
 		return true, nil, apierrors.NewAlreadyExists(a.GetResource().GroupResource(), l.GetName())
 	})
-	pod := gpuPod("p", "c")
+	pod := ledgertest.Pod("p", "c")
 	if _, st, _ := e.schedule(t, pod); st == nil {
 		t.Fatal("the pod was bound though its GPU's lease was taken by another")
 	}

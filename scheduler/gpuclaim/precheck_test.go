@@ -16,6 +16,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // heldLeases creates the leases of GPUs ids on node a held by holder, and waits until the
@@ -41,15 +42,15 @@ func heldLeases(t *testing.T, e *testEnv, holder *v1.Pod, ids ...int) {
 // away before the release queue deleted its leases deletes them all at once, not one after
 // another (each delete is a round trip before the creates can start).
 func TestPrecheckDeletesStaleLeasesTogether(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
-	dead := gpuPod("dead", "")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
+	dead := ledgertest.Pod("dead", "")
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	heldLeases(t, e, dead, all...)
 	e.p.pods.gone(dead.UID)
 	b := &deleteBarrier{want: len(all), wait: 300 * time.Millisecond}
 	e.p.client = barrierClient{Interface: e.kube, b: b}
 
-	if err := e.p.precheck(t.Context(), gpuPod("p", "eight"), "a", all, false); err != nil {
+	if err := e.p.precheck(t.Context(), ledgertest.Pod("p", "eight"), "a", all, false); err != nil {
 		t.Fatal(err)
 	}
 	if b.maxSeen != len(all) {
@@ -65,14 +66,14 @@ func TestPrecheckDeletesStaleLeasesTogether(t *testing.T) {
 // lost, and the stale leases of the other GPUs are left to the release queue rather than
 // deleted for an attempt that creates nothing.
 func TestPrecheckLostDeletesNothing(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
-	dead, live := gpuPod("dead", ""), gpuPod("live", "")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
+	dead, live := ledgertest.Pod("dead", ""), ledgertest.Pod("live", "")
 	heldLeases(t, e, dead, 0, 1, 2)
 	heldLeases(t, e, live, 3)
 	e.p.pods.gone(dead.UID)
 	e.kube.ClearActions()
 
-	err := e.p.precheck(t.Context(), gpuPod("p", "four"), "a", []int{0, 1, 2, 3}, false)
+	err := e.p.precheck(t.Context(), ledgertest.Pod("p", "four"), "a", []int{0, 1, 2, 3}, false)
 	if !errors.Is(err, errLeaseConflict) {
 		t.Fatalf("precheck: %v, want a lease conflict on GPU 3", err)
 	}
@@ -148,15 +149,15 @@ func (l barrierLeases) Delete(ctx context.Context, name string, opts metav1.Dele
 // TestLeaseOfAGonePodHoldsNothing: a lease that reaches the informer after its holder was seen
 // going away does not hold the GPU in the ledger, while a live pod's lease does.
 func TestLeaseOfAGonePodHoldsNothing(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
-	dead, live := gpuPod("dead", ""), gpuPod("live", "")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
+	dead, live := ledgertest.Pod("dead", ""), ledgertest.Pod("live", "")
 	e.p.pods.gone(dead.UID)
 	heldLeases(t, e, dead, 0, 1)
 	// The informer hands leases to the plugin in order: once the live pod's shows in the
 	// ledger, the dead pod's have been handled too.
 	heldLeases(t, e, live, 2)
-	eventuallyTrue(t, func() bool { n, _ := e.p.ledger.holdsOf(live.UID); return n == "a" })
-	if n, ids := e.p.ledger.holdsOf(dead.UID); n != "" || len(ids) > 0 {
+	eventuallyTrue(t, func() bool { n, _ := e.p.ledger.HoldsOf(live.UID); return n == "a" })
+	if n, ids := e.p.ledger.HoldsOf(dead.UID); n != "" || len(ids) > 0 {
 		t.Errorf("the ledger holds GPUs %v on node %q for a pod seen gone", ids, n)
 	}
 }

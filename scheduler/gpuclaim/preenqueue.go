@@ -16,6 +16,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
 )
 
@@ -220,15 +221,15 @@ func (d *deferredPods) leftToPeers() int {
 // tier has any: two peers ranking nodes by the same strategy would otherwise pick the same
 // fullest (or emptiest) node for their pods and race for its GPUs. A tier where this process
 // owns no node is kept whole, so the partition never costs a pod a better fit.
-func preferOwnNodes(view *peers.View, tiers [][]candidate) [][]candidate {
+func preferOwnNodes(view *peers.View, tiers [][]ledger.Candidate) [][]ledger.Candidate {
 	if view == nil || view.Size() == 1 {
 		return tiers
 	}
-	out := make([][]candidate, len(tiers))
+	out := make([][]ledger.Candidate, len(tiers))
 	for i, t := range tiers {
-		var own []candidate
+		var own []ledger.Candidate
 		for _, c := range t {
-			if view.Mine("node:" + c.name) {
+			if view.Mine("node:" + c.Name) {
 				own = append(own, c)
 			}
 		}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
 )
 
@@ -32,15 +34,15 @@ func peerLease(identity, profile string) *coordinationv1.Lease {
 // through; a pod held back for peerTakeover is let through even while its owner lives.
 func TestPeersDivideThePods(t *testing.T) {
 	t.Setenv(peers.IdentityEnv, "self")
-	e := newTestEnv(t, []*v1.Node{node("a", nil)},
-		claimObj("g0", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, GangRef: "train"}),
-		claimObj("g1", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, GangRef: "train"}),
-		claimObj("g2", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, GangRef: "train"}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("g0", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, GangRef: "train"}),
+		ledgertest.Claim("g1", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, GangRef: "train"}),
+		ledgertest.Claim("g2", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, GangRef: "train"}))
 	if e.p.peers == nil || e.p.peers.Identity() != "self" {
 		t.Fatalf("the plugin has no peer membership named from %s", peers.IdentityEnv)
 	}
 	// Alone, it takes every pod.
-	if st := e.p.PreEnqueue(t.Context(), gpuPod("lonely", "c")); st != nil {
+	if st := e.p.PreEnqueue(t.Context(), ledgertest.Pod("lonely", "c")); st != nil {
 		t.Fatalf("a lone scheduler held back a pod: %v", st)
 	}
 	if _, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Create(t.Context(), peerLease("other", "gpu-scheduler"), metav1.CreateOptions{}); err != nil {
@@ -58,7 +60,7 @@ func TestPeersDivideThePods(t *testing.T) {
 	view := peers.NewView("self", "other")
 	var mine, theirs []*v1.Pod
 	for i := range 40 {
-		pod := gpuPod(fmt.Sprintf("p%02d", i), "c")
+		pod := ledgertest.Pod(fmt.Sprintf("p%02d", i), "c")
 		st := e.p.PreEnqueue(t.Context(), pod)
 		owner := view.Owner(string(pod.UID))
 		switch {
@@ -79,7 +81,7 @@ func TestPeersDivideThePods(t *testing.T) {
 	var gang []bool
 	var members []*v1.Pod
 	for _, c := range []string{"g0", "g1", "g2"} {
-		pod := gpuPod("member-"+c, c)
+		pod := ledgertest.Pod("member-"+c, c)
 		members = append(members, pod)
 		gang = append(gang, e.p.PreEnqueue(t.Context(), pod) == nil)
 	}
@@ -126,29 +128,29 @@ func TestPeersDivideThePods(t *testing.T) {
 // has some, and a tier where it has none is kept whole; alone, nothing changes.
 func TestPreferOwnNodes(t *testing.T) {
 	view := peers.NewView("self", "other")
-	var best, worse []candidate
+	var best, worse []ledger.Candidate
 	for i := range 20 {
-		best = append(best, candidate{name: fmt.Sprintf("n%02d", i)})
+		best = append(best, ledger.Candidate{Name: fmt.Sprintf("n%02d", i)})
 	}
 	for i := range 30 {
 		name := fmt.Sprintf("w%02d", i)
 		if view.Owner("node:"+name) == "other" {
-			worse = append(worse, candidate{name: name})
+			worse = append(worse, ledger.Candidate{Name: name})
 		}
 	}
-	got := preferOwnNodes(view, [][]candidate{best, worse})
+	got := preferOwnNodes(view, [][]ledger.Candidate{best, worse})
 	if len(got[0]) == 0 || len(got[0]) == len(best) {
 		t.Fatalf("best tier: %d of %d nodes kept, want this process's share", len(got[0]), len(best))
 	}
 	for _, c := range got[0] {
-		if view.Owner("node:"+c.name) != "self" {
-			t.Errorf("node %s of the other peer offered", c.name)
+		if view.Owner("node:"+c.Name) != "self" {
+			t.Errorf("node %s of the other peer offered", c.Name)
 		}
 	}
 	if len(got[1]) != len(worse) {
 		t.Errorf("a tier with no own node was cut to %d of %d", len(got[1]), len(worse))
 	}
-	alone := preferOwnNodes(peers.NewView("self"), [][]candidate{best})
+	alone := preferOwnNodes(peers.NewView("self"), [][]ledger.Candidate{best})
 	if len(alone[0]) != len(best) {
 		t.Errorf("a lone scheduler narrowed its tier to %d of %d", len(alone[0]), len(best))
 	}
@@ -163,18 +165,18 @@ func TestJoinPeers(t *testing.T) {
 		_, err := e.kube.CoordinationV1().Leases("gpu-scheduler").Get(t.Context(), lease, metav1.GetOptions{})
 		return err == nil
 	}
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
 	time.Sleep(200 * time.Millisecond)
 	if joined(e) {
 		t.Fatal("a process under leader election joined its peers before it scheduled")
 	}
-	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), gpuPod("p", "missing"), nil); st.IsSuccess() {
+	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), ledgertest.Pod("p", "missing"), nil); st.IsSuccess() {
 		t.Fatalf("PreFilter of a pod whose claim is missing succeeded")
 	}
 	eventuallyTrue(t, func() bool { return joined(e) })
 
 	JoinPeersAtStart(true)
 	defer JoinPeersAtStart(false)
-	e = newTestEnv(t, []*v1.Node{node("a", nil)})
+	e = newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
 	eventuallyTrue(t, func() bool { return joined(e) })
 }

@@ -15,6 +15,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
@@ -23,7 +25,7 @@ import (
 // it, best fit tier first: when any node has a free island that fits (at the bandwidth asked
 // for), only such nodes are considered, so island-local placement holds wherever it is
 // possible even when the scheduler samples a share of a large cluster. Of those it offers at
-// most maxCandidateNodes, the best-placed for the node strategy (candidates.go), so that the
+// most maxCandidateNodes, the best-placed for the node strategy (ledger.PickCandidates), so that the
 // other plugins' Filter and Score do not run over thousands of nodes for every pod.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if p.joinPeers != nil {
@@ -34,7 +36,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	res, st, reason := p.preFilter(ctx, cs, pod, nodes)
 	if st.IsRejected() {
 		name, _ := claimName(pod)
-		p.waiting.add(pod, claimKey(pod.Namespace, name), p.gangOfPod(pod))
+		p.waiting.add(pod, claims.Key(pod.Namespace, name), p.gangOfPod(pod))
 		metrics.Placement(metrics.ResultUnschedulable, reason)
 	} else if !st.IsSuccess() && !st.IsSkip() {
 		metrics.Placement(metrics.ResultError, reason)
@@ -67,7 +69,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		// waiting pod to activate, and the pod would sit in the unschedulable pool until the
 		// queue's periodic flush. Activating a pod still in this cycle is recorded by the
 		// queue and requeues it as soon as the cycle rejects it.
-		p.waiting.addIfAbsent(pod, claimKey(pod.Namespace, name))
+		p.waiting.addIfAbsent(pod, claims.Key(pod.Namespace, name))
 	}
 	claim, err := p.claimLister.GpuClaims(pod.Namespace).Get(name)
 	// unmade: the claim does not exist yet; the pod is placed with the one its template
@@ -95,7 +97,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if err != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("reading GpuClaim %s/%s: %w", pod.Namespace, name, err)), metrics.ReasonAPI
 	}
-	key := claimKey(pod.Namespace, name)
+	key := claims.Key(pod.Namespace, name)
 	if claim.DeletionTimestamp != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GpuClaim %s is being deleted", key)), metrics.ReasonClaimNotFound
 	}
@@ -106,7 +108,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			p.status.pending(claim, pod, msg)
 		}
 	}
-	req, err := requestFor(claim)
+	req, err := ledger.RequestFor(claim)
 	if err != nil {
 		msg := fmt.Sprintf("GpuClaim %s is invalid: %v", key, err)
 		if unmade {
@@ -122,9 +124,9 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), metrics.ReasonClaimInUse
 	}
 	// An entry of the pod's scheduling map pins it to one node and exact GPUs.
-	pn, err := pinOf(pod)
+	pn, err := ledger.PinOf(pod)
 	if err == nil && pn != nil {
-		err = pn.apply(&req, key)
+		err = pn.Apply(&req, key)
 	}
 	if err != nil {
 		pending(err.Error())
@@ -137,7 +139,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			pending(st.Message())
 			// Kept for preemption's dry run, whose Filter calls must refuse every node: a gang
 			// does not evict pods for one of its members.
-			cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, gang: gangKey(claim), gangHeld: st.Message(), makeClaim: unmade, results: newNodeResults()})
+			cs.Write(stateKey, &stateData{claim: claim, key: key, req: req, gang: ledger.GangKey(claim), gangHeld: st.Message(), makeClaim: unmade, results: newNodeResults()})
 			return nil, st, metrics.ReasonGangIncomplete
 		}
 	}
@@ -153,23 +155,23 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 
 	tier, uncapped := p.relaxed.tier(pod.UID)
-	nodes, stale := p.ledger.candidates(&req, oldest, func(node string) bool {
+	nodes, stale := p.ledger.Candidates(&req, oldest, func(node string) bool {
 		return p.nodeSelected(claim, node)
 	})
-	defer releaseCandidates(nodes)
+	defer ledger.ReleaseCandidates(nodes)
 	// The best tier that has nodes is offered; a pod whose earlier attempt saw every offered
 	// node fail another plugin's filter (a taint, say: PostFilter relaxed its tier) gets the
 	// lower tiers down to its relaxed one as well. Better tiers are never dropped: whatever
 	// turned their nodes away may be gone by now.
-	var tiers [][]candidate
+	var tiers [][]ledger.Candidate
 	used := tier
-	for f := fitIslandBandwidth; f >= fitNode; f-- {
+	for f := ledger.FitIslandBandwidth; f >= ledger.FitNode; f-- {
 		if len(nodes[f]) == 0 {
 			continue
 		}
 		tiers = append(tiers, nodes[f])
 		if req.Topology == allocator.Ignore || req.Count == 1 {
-			used = fitNode // no tiers without topology: any fitting node will do
+			used = ledger.FitNode // no tiers without topology: any fitting node will do
 			continue
 		}
 		if f <= tier {
@@ -177,7 +179,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			break
 		}
 	}
-	// Of those, the best-placed maxCandidateNodes (candidates.go); all of them once a capped
+	// Of those, the best-placed maxCandidateNodes (ledger.PickCandidates); all of them once a capped
 	// offer failed the other filters.
 	limit := int(*p.args.MaxCandidateNodes)
 	if uncapped {
@@ -185,13 +187,13 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	} else if p.peers != nil {
 		tiers = preferOwnNodes(p.peers.Current(), tiers)
 	}
-	chosen, capped := pickCandidates(tiers, strategy, limit)
+	chosen, capped := ledger.PickCandidates(tiers, strategy, limit)
 	// A pod that still holds leases from an attempt that crashed before binding may use those
 	// GPUs again (Filter ignores its own holds), even if the summary counts them as taken.
-	if own, _ := p.ledger.holdsOf(pod.UID); own != "" && pod.Spec.NodeName == "" && !slices.Contains(chosen, own) && p.nodeSelected(claim, own) {
+	if own, _ := p.ledger.HoldsOf(pod.UID); own != "" && pod.Spec.NodeName == "" && !slices.Contains(chosen, own) && p.nodeSelected(claim, own) {
 		chosen = append(chosen, own)
 	}
-	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: used, capped: capped, gang: gangKey(claim), offered: len(chosen) > 0, makeClaim: unmade, results: newNodeResults()}
+	s := &stateData{claim: claim, key: key, req: req, reqKey: ledger.RequestKey(&req), tier: used, capped: capped, gang: ledger.GangKey(claim), offered: len(chosen) > 0, makeClaim: unmade, results: newNodeResults()}
 	// Written even when no node has room, so that preemption (a PostFilter) can ask Filter
 	// whether evicting lower-priority pods would make some.
 	cs.Write(stateKey, s)
@@ -210,11 +212,11 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 // when that node's GPUs change, the node-add hint when the node appears. A held GPU is reported
 // as Unschedulable, so that preemption may free it for a pod of higher priority; Reserve and the
 // leases check again, so a GPU is never given twice.
-func (p *Plugin) preFilterPinned(cs fwk.CycleState, pod *v1.Pod, claim *apiv1.GpuClaim, key string, req allocator.Request, pn *pin, oldest time.Time, unmade bool) (*fwk.PreFilterResult, *fwk.Status) {
-	node := pn.alloc.Node
-	s := &stateData{claim: claim, key: key, req: req, reqKey: requestKey(&req), tier: fitNode, gang: gangKey(claim), offered: true, pinNode: node, makeClaim: unmade, results: newNodeResults()}
+func (p *Plugin) preFilterPinned(cs fwk.CycleState, pod *v1.Pod, claim *apiv1.GpuClaim, key string, req allocator.Request, pn *ledger.Pin, oldest time.Time, unmade bool) (*fwk.PreFilterResult, *fwk.Status) {
+	node := pn.Alloc.Node
+	s := &stateData{claim: claim, key: key, req: req, reqKey: ledger.RequestKey(&req), tier: ledger.FitNode, gang: ledger.GangKey(claim), offered: true, pinNode: node, makeClaim: unmade, results: newNodeResults()}
 	reject := func(code fwk.Code, why string) (*fwk.PreFilterResult, *fwk.Status) {
-		msg := pn.message(pod, why)
+		msg := pn.Message(pod, why)
 		if !unmade {
 			p.status.pending(claim, pod, msg)
 		}
@@ -227,10 +229,10 @@ func (p *Plugin) preFilterPinned(cs fwk.CycleState, pod *v1.Pod, claim *apiv1.Gp
 	if err := apiv1.CheckNodeName(node); err != nil {
 		return reject(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	if !selectorMatches(claim, ni.Node()) {
+	if !ledger.SelectorMatches(claim, ni.Node()) {
 		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node %s does not match the selector of GpuClaim %s", node, key))
 	}
-	_, heartbeat, err, ok := p.ledger.place(node, pod.UID, s.reqKey, req)
+	_, heartbeat, err, ok := p.ledger.Place(node, pod.UID, s.reqKey, req)
 	if !ok {
 		return reject(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node %s has no GpuNodeStatus (no gpu-agent reports it)", node))
 	}
@@ -293,7 +295,7 @@ func (p *Plugin) claimHolder(claim *apiv1.GpuClaim) (podInfo, bool) {
 			return info, true
 		}
 	}
-	if uid, ok := p.ledger.claimReservedFor(claimKey(claim.Namespace, claim.Name)); ok {
+	if uid, ok := p.ledger.ClaimReservedFor(claims.Key(claim.Namespace, claim.Name)); ok {
 		if info, ok := p.pods.get(uid); ok {
 			return info, true
 		}
@@ -310,7 +312,7 @@ func (p *Plugin) nodeSelected(claim *apiv1.GpuClaim, node string) bool {
 	if err != nil || ni.Node() == nil {
 		return false
 	}
-	return selectorMatches(claim, ni.Node())
+	return ledger.SelectorMatches(claim, ni.Node())
 }
 
 func (p *Plugin) noNodeMessage(key string, req *allocator.Request, stale int) string {

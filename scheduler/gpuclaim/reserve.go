@@ -24,7 +24,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	res, err := p.ledger.reserve(pod.UID, s.key, nodeName, s.req)
+	res, err := p.ledger.Reserve(pod.UID, s.key, nodeName, s.req)
 	var unfit *allocator.Unfit
 	if errors.As(err, &unfit) {
 		// The ledger changed between Filter and Reserve: retry after backoff, not after an event.
@@ -69,7 +69,7 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		metrics.GangWait.WithLabelValues("rejected").Observe(p.clock.Since(s.waitStart).Seconds())
 		s.waitStart = time.Time{}
 	}
-	p.ledger.unreserve(pod.UID, s.key)
+	p.ledger.Unreserve(pod.UID, s.key)
 	s.node, s.ids = "", nil
 	if s.gang != "" {
 		// One member failed or timed out: the others must not keep GPUs waiting for it.

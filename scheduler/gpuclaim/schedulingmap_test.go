@@ -12,27 +12,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
-
-// testMap is the map every pod of the test's "Job" carries, as pods copy it from their template.
-const testMap = `# index=node:gpus
-0=b:4,6
-1=a:0,1
-2=b:4,5
-3=a:7
-4=a:2,9
-5=gone:0,1
-6=a:3
-`
-
-// indexedPod is pod index i of an indexed Job naming claim c<i>, with the map.
-func indexedPod(i int) *v1.Pod {
-	p := gpuPod(fmt.Sprintf("train-%d-x7k9p", i), fmt.Sprintf("c%d", i))
-	p.GenerateName = fmt.Sprintf("train-%d-", i)
-	p.Annotations[apiv1.AnnotationJobCompletionIndex] = fmt.Sprint(i)
-	p.Annotations[apiv1.AnnotationSchedulingMap] = testMap
-	return p
-}
 
 func leaseHolder(t *testing.T, e *testEnv, name string) string {
 	t.Helper()
@@ -50,16 +32,16 @@ func leaseHolder(t *testing.T, e *testEnv, name string) string {
 func TestSchedulingMapPinsPods(t *testing.T) {
 	var claims []*apiv1.GpuClaim
 	for i, n := range []int32{2, 2, 2, 1, 2, 2, 2, 1} {
-		claims = append(claims, claimObj(fmt.Sprintf("c%d", i), apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: n}}))
+		claims = append(claims, ledgertest.Claim(fmt.Sprintf("c%d", i), apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: n}}))
 	}
 	objs := make([]runtime.Object, 0, len(claims))
 	for _, c := range claims {
 		objs = append(objs, c)
 	}
-	e := newTestEnv(t, []*v1.Node{node("a", nil), node("b", nil)}, objs...)
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", nil)}, objs...)
 
 	// Index 0: 4 and 6 on b, across nothing contiguous would pick; leases taken for both.
-	p0 := indexedPod(0)
+	p0 := ledgertest.IndexedPod(0)
 	if got, st, _ := e.schedule(t, p0); st != nil || got != "b" {
 		t.Fatalf("pod 0: node %q, %v; want b", got, st)
 	}
@@ -73,7 +55,7 @@ func TestSchedulingMapPinsPods(t *testing.T) {
 		t.Fatalf("claim c0 allocated %q, want b:4,6", c0.Status.Allocated)
 	}
 	// Index 1: a:0,1.
-	if got, st, _ := e.schedule(t, indexedPod(1)); st != nil || got != "a" {
+	if got, st, _ := e.schedule(t, ledgertest.IndexedPod(1)); st != nil || got != "a" {
 		t.Fatalf("pod 1: node %q, %v; want a", got, st)
 	}
 
@@ -89,7 +71,7 @@ func TestSchedulingMapPinsPods(t *testing.T) {
 		{6, fwk.UnschedulableAndUnresolvable, "gpu-scheduling-map entry 6=a:3 names 1 GPUs but GpuClaim ns/c6 asks for 2"},
 	}
 	for _, tt := range bad {
-		pod := indexedPod(tt.index)
+		pod := ledgertest.IndexedPod(tt.index)
 		_, st, _ := e.schedule(t, pod)
 		if st.Code() != tt.code || !strings.Contains(st.Message(), tt.want) {
 			t.Errorf("pod %d: %v %q, want %v containing %q", tt.index, st.Code(), st.Message(), tt.code, tt.want)
@@ -106,12 +88,12 @@ func TestSchedulingMapPinsPods(t *testing.T) {
 	}
 
 	// A Filter call on another node (preemption's dry run does that) refuses it.
-	pod2 := indexedPod(2)
+	pod2 := ledgertest.IndexedPod(2)
 	cs := framework.NewCycleState()
 	_, _ = e.p.PreFilter(t.Context(), cs, pod2, nil)
 	ni := framework.NewNodeInfo()
-	ni.SetNode(node("a", nil))
-	if st := e.p.Filter(t.Context(), cs, pod2, ni); st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != reasonNotPinned {
+	ni.SetNode(ledgertest.Node("a", nil))
+	if st := e.p.Filter(t.Context(), cs, pod2, ni); st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != ledger.ReasonNotPinned {
 		t.Fatalf("Filter on a node the entry does not name: %v", st)
 	}
 
@@ -132,7 +114,7 @@ func TestSchedulingMapPinsPods(t *testing.T) {
 	}
 
 	// Index 7 is not in the map: placed as usual (any node with a free GPU).
-	if _, st, _ := e.schedule(t, indexedPod(7)); st != nil {
+	if _, st, _ := e.schedule(t, ledgertest.IndexedPod(7)); st != nil {
 		t.Fatalf("pod not covered by the map: %v", st)
 	}
 }
@@ -140,15 +122,15 @@ func TestSchedulingMapPinsPods(t *testing.T) {
 // A map that does not parse (the webhook refuses it; a pod created without the webhook must
 // still not be placed by guesswork) leaves the pod waiting with the line named.
 func TestSchedulingMapMalformed(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c0", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
-	pod := indexedPod(0)
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("c0", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	pod := ledgertest.IndexedPod(0)
 	pod.Annotations[apiv1.AnnotationSchedulingMap] = "0=a:0\n1=a"
 	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), pod, nil)
 	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), `pod ns/train-0-x7k9p: annotation gpu.scheduling/gpu-scheduling-map: scheduling map line 2: allocation "a" has no ':'`) {
 		t.Fatalf("malformed map: %v %q", st.Code(), st.Message())
 	}
 	// A pod without an index (a Deployment's) is not covered, whatever the map says.
-	plain := gpuPod("serve-5d8f-24567", "c0")
+	plain := ledgertest.Pod("serve-5d8f-24567", "c0")
 	plain.GenerateName = "serve-5d8f-"
 	plain.Annotations[apiv1.AnnotationSchedulingMap] = "24567=nowhere:0"
 	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), plain, nil); !st.IsSuccess() {

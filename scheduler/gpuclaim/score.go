@@ -33,7 +33,7 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni f
 	if strategy.Ranked() {
 		return int64(allocator.NodeScoreWith(res, s.ranks[name])) * fwk.MaxScore / 100, nil
 	}
-	n, _ := p.ledger.snapshot(name)
+	n, _ := p.ledger.NodeView(name)
 	if n == nil {
 		return 0, nil
 	}

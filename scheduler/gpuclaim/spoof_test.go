@@ -6,13 +6,15 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // spoofPlugin is livenessPlugin with the ledger on the plugin's fake clock.
 func spoofPlugin(t *testing.T) (*Plugin, *clocktesting.FakeClock) {
 	p := livenessPlugin(t)
 	clk := p.clock.(*clocktesting.FakeClock)
-	p.ledger.now = clk.Now
+	p.ledger.SetClock(clk.Now)
 	return p, clk
 }
 
@@ -21,26 +23,26 @@ func spoofPlugin(t *testing.T) (*Plugin, *clocktesting.FakeClock) {
 func TestStatusNotNamedAfterItsNodeIsIgnored(t *testing.T) {
 	p, clk := spoofPlugin(t)
 	h := p.nodeStatusHandler(t.Context())
-	victim := seedStatus("victim", clk.Now())
+	victim := ledgertest.SeedStatus("victim", clk.Now())
 	h.OnAdd(victim, false)
-	forged := seedStatus("attacker", clk.Now())
+	forged := ledgertest.SeedStatus("attacker", clk.Now())
 	forged.Spec.NodeName = "victim"
 	forged.Status.Devices = forged.Status.Devices[:1] // the victim's GPUs, as the attacker would have them
 	h.OnAdd(forged, false)
-	if n, _ := p.ledger.snapshot("victim"); n == nil || len(n.GPUs) != 8 {
+	if n, _ := p.ledger.NodeView("victim"); n == nil || len(n.GPUs) != 8 {
 		t.Fatalf("victim's GPUs after a forged status: %v; want its own 8", n)
 	}
-	if n, _ := p.ledger.snapshot("attacker"); n != nil {
+	if n, _ := p.ledger.NodeView("attacker"); n != nil {
 		t.Errorf("a status not named after its node was taken for node attacker: %v", n)
 	}
 	// A status that was valid and then names another node is dropped.
-	own := seedStatus("attacker", clk.Now())
+	own := ledgertest.SeedStatus("attacker", clk.Now())
 	h.OnAdd(own, false)
 	h.OnUpdate(own, forged)
-	if n, _ := p.ledger.snapshot("attacker"); n != nil {
+	if n, _ := p.ledger.NodeView("attacker"); n != nil {
 		t.Errorf("node attacker kept its GPUs after its status named another node: %v", n)
 	}
-	if n, _ := p.ledger.snapshot("victim"); n == nil || len(n.GPUs) != 8 {
+	if n, _ := p.ledger.NodeView("victim"); n == nil || len(n.GPUs) != 8 {
 		t.Errorf("victim's GPUs after the forged update: %v; want its own 8", n)
 	}
 }
@@ -49,7 +51,7 @@ func TestStatusNotNamedAfterItsNodeIsIgnored(t *testing.T) {
 func TestLivenessLeaseOfAnotherNodeIsIgnored(t *testing.T) {
 	p, clk := spoofPlugin(t)
 	h := p.livenessHandler(t.Context())
-	p.ledger.setStatus(seedStatus("dead", clk.Now().Add(-time.Hour)))
+	p.ledger.SetStatus(ledgertest.SeedStatus("dead", clk.Now().Add(-time.Hour)))
 	oldest := clk.Now().Add(-p.freshness)
 	forged := livenessLease("attacker", clk.Now())
 	forged.Spec.HolderIdentity = ptr.To("dead")
@@ -61,7 +63,7 @@ func TestLivenessLeaseOfAnotherNodeIsIgnored(t *testing.T) {
 	p, clk = spoofPlugin(t)
 	h = p.livenessHandler(t.Context())
 	oldest = clk.Now().Add(-p.freshness)
-	p.ledger.setStatus(seedStatus("attacker", clk.Now().Add(-time.Hour)))
+	p.ledger.SetStatus(ledgertest.SeedStatus("attacker", clk.Now().Add(-time.Hour)))
 	own := livenessLease("attacker", clk.Now())
 	h.OnAdd(own, false)
 	if !fresh(t, p.ledger, "attacker", oldest) {
@@ -78,14 +80,14 @@ func TestLivenessLeaseOfAnotherNodeIsIgnored(t *testing.T) {
 func TestFutureSignsOfLifeAreClamped(t *testing.T) {
 	p, clk := spoofPlugin(t)
 	future := clk.Now().Add(365 * 24 * time.Hour)
-	p.nodeStatusHandler(t.Context()).OnAdd(seedStatus("by-status", future), false)
-	p.ledger.setStatus(seedStatus("by-lease", clk.Now().Add(-time.Hour)))
+	p.nodeStatusHandler(t.Context()).OnAdd(ledgertest.SeedStatus("by-status", future), false)
+	p.ledger.SetStatus(ledgertest.SeedStatus("by-lease", clk.Now().Add(-time.Hour)))
 	p.livenessHandler(t.Context()).OnAdd(livenessLease("by-lease", future), false)
 	for _, n := range []string{"by-status", "by-lease"} {
 		if !fresh(t, p.ledger, n, clk.Now().Add(-p.freshness)) {
 			t.Errorf("node %s: not fresh right after its sign of life", n)
 		}
-		if _, hb := p.ledger.snapshot(n); hb.After(clk.Now()) {
+		if _, hb := p.ledger.NodeView(n); hb.After(clk.Now()) {
 			t.Errorf("node %s: heartbeat %s is after the time it was seen (%s)", n, hb, clk.Now())
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
@@ -25,7 +26,7 @@ type stateData struct {
 	reqKey string
 	// tier is the fit tier PreFilter offered nodes from; PostFilter relaxes it when every
 	// node of that tier failed for other reasons (taints, selectors of other plugins).
-	tier fit
+	tier ledger.Fit
 	// capped is true when PreFilter left nodes of its tiers out (maxCandidateNodes): PostFilter
 	// offers them all next time before it lowers the tier.
 	capped bool

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // writeClaimStatus applies mutate to a claim's status and writes it through the status
@@ -219,7 +220,7 @@ func (w *statusWriter) put(s statusWish) { w.putAfter(s, 0) }
 // would otherwise be judged on a status that still names the pod gone (and be dropped with the
 // release); that pod's next attempt makes its reason again.
 func (w *statusWriter) putAfter(s statusWish, delay time.Duration) {
-	key := claimKey(s.claim.Namespace, s.claim.Name)
+	key := claims.Key(s.claim.Namespace, s.claim.Name)
 	w.mu.Lock()
 	if old, ok := w.wish[key]; ok && old.reason == "Released" && s.reason != "Released" {
 		w.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // claimStatusWrites counts the status updates sent for GpuClaims.
@@ -38,7 +39,7 @@ func writeBound(t *testing.T, e *testEnv, claim *apiv1.GpuClaim, pod *v1.Pod) {
 }
 
 func boundPod(name, claim, node string) *v1.Pod {
-	pod := gpuPod(name, claim)
+	pod := ledgertest.Pod(name, claim)
 	pod.Spec.NodeName = node
 	pod.Annotations[apiv1.AnnotationAllocated] = node + ":0"
 	return pod
@@ -47,7 +48,7 @@ func boundPod(name, claim, node string) *v1.Pod {
 // The scheduler's pod informer may show a pod bound before the claim informer shows the Bound
 // status PostBind wrote: that must not cost the claim a second status write.
 func TestRepairWaitsForTheBindingCyclesOwnWrite(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	e.p.status.repairDelay = time.Second
 	eventuallyTrue(t, func() bool { _, err := e.p.claimLister.GpuClaims("ns").Get("c"); return err == nil })
 	pod := boundPod("p", "c", "a")
@@ -71,7 +72,7 @@ func TestRepairWaitsForTheBindingCyclesOwnWrite(t *testing.T) {
 // A bound pod whose claim does not show its GPUs (its scheduler died between binding and the
 // status write) gets the status repaired.
 func TestRepairWritesAMissingBoundStatus(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	e.p.status.repairDelay = 50 * time.Millisecond
 	eventuallyTrue(t, func() bool { _, err := e.p.claimLister.GpuClaims("ns").Get("c"); return err == nil })
 	pod := boundPod("p", "c", "a")
@@ -90,18 +91,18 @@ func TestRepairWritesAMissingBoundStatus(t *testing.T) {
 // A pod placed within pendingGrace of being turned away costs its claim no status write; one
 // that still waits then gets the reason.
 func TestPendingWaitsForItsGrace(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)},
-		claimObj("quick", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
-		claimObj("slow", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("quick", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}),
+		ledgertest.Claim("slow", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	// Long enough that a loaded machine does not pass it before the first count below.
 	e.p.status.pendingGrace = 2 * time.Second
 	eventuallyTrue(t, func() bool { _, err := e.p.claimLister.GpuClaims("ns").Get("slow"); return err == nil })
 	quick, _ := e.p.claimLister.GpuClaims("ns").Get("quick")
 	slow, _ := e.p.claimLister.GpuClaims("ns").Get("slow")
-	qp := gpuPod("q", "quick")
+	qp := ledgertest.Pod("q", "quick")
 
 	e.p.status.pending(quick, qp, "no node has 1 healthy free GPUs for GpuClaim ns/quick")
-	e.p.status.pending(slow, gpuPod("s", "slow"), "no node has 1 healthy free GPUs for GpuClaim ns/slow")
+	e.p.status.pending(slow, ledgertest.Pod("s", "slow"), "no node has 1 healthy free GPUs for GpuClaim ns/slow")
 	// The quick pod is placed within its grace: PostBind writes Bound.
 	writeBound(t, e, quick, qp)
 	time.Sleep(200 * time.Millisecond)
@@ -133,7 +134,7 @@ func TestPendingWaitsForItsGrace(t *testing.T) {
 // release waits a random time, and a claim that another scheduler has reset meanwhile costs
 // this one no status write.
 func TestReleaseLeftToAnotherScheduler(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	e.p.status.releaseSpread = 400 * time.Millisecond
 	e.p.status.randWait = func(n time.Duration) time.Duration { return n - time.Millisecond }
 	eventuallyTrue(t, func() bool { _, err := e.p.claimLister.GpuClaims("ns").Get("c"); return err == nil })
@@ -171,7 +172,7 @@ func TestReleaseLeftToAnotherScheduler(t *testing.T) {
 	writeBound(t, e, claim, pod)
 	claim, _ = e.p.claimLister.GpuClaims("ns").Get("c")
 	e.p.status.released(claim, pod.UID, "pod p went away; the claim is free for another pod", false)
-	e.p.status.pending(claim, gpuPod("next", "c"), "no node has 1 healthy free GPUs for GpuClaim ns/c")
+	e.p.status.pending(claim, ledgertest.Pod("next", "c"), "no node has 1 healthy free GPUs for GpuClaim ns/c")
 	eventuallyTrue(t, func() bool {
 		c, err := e.gpu.GpuV1().GpuClaims("ns").Get(t.Context(), "c", metav1.GetOptions{})
 		return err == nil && c.Status.PodUID == "" && c.Status.Phase == apiv1.ClaimPending
@@ -181,10 +182,10 @@ func TestReleaseLeftToAnotherScheduler(t *testing.T) {
 // The scheduler that bound a pod writes its release at once, whatever the spread: a claim must
 // not keep naming GPUs that its pod gave up and another pod may hold already.
 func TestReleaseOfOwnBindingIsNotDelayed(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	e.p.status.releaseSpread = time.Minute
 	e.p.status.randWait = func(n time.Duration) time.Duration { return n - time.Millisecond }
-	pod := gpuPod("p", "c")
+	pod := ledgertest.Pod("p", "c")
 	if _, st, _ := e.schedule(t, pod); st != nil {
 		t.Fatal(st)
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
@@ -26,12 +27,12 @@ func placeOneGPUPods(t *testing.T, nodes []*v1.Node, n int, strategy string) []s
 	t.Helper()
 	var claims []runtime.Object
 	for i := range n {
-		claims = append(claims, claimObj(fmt.Sprintf("c%d", i), apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+		claims = append(claims, ledgertest.Claim(fmt.Sprintf("c%d", i), apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	}
 	e := newTestEnv(t, nodes, claims...)
 	var got []string
 	for i := range n {
-		pod := gpuPod(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i))
+		pod := ledgertest.Pod(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i))
 		if strategy != "" {
 			pod.Annotations[apiv1.AnnotationNodeStrategy] = strategy
 		}
@@ -45,7 +46,7 @@ func placeOneGPUPods(t *testing.T, nodes []*v1.Node, n int, strategy string) []s
 }
 
 func TestNodeStrategyPerPod(t *testing.T) {
-	three := []*v1.Node{node("a", nil), node("b", nil), node("c", nil)}
+	three := []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", nil), ledgertest.Node("c", nil)}
 	// Each node has a free island of 3 (4 to 6) and one of 4 (0 to 3). Binpack fills islands,
 	// then nodes: a's island of 3 first, then b's, rather than breaking a's whole island of 4
 	// (the fuller node) and leaving 3 GPUs there that a 4-GPU claim could have had.
@@ -71,10 +72,10 @@ func TestNodeStrategyPerPod(t *testing.T) {
 	})
 	t.Run("cost-aware takes the cheapest node, unlabelled last", func(t *testing.T) {
 		nodes := []*v1.Node{
-			node("a", map[string]string{apiv1.LabelNodeCost: "3"}),
-			node("b", map[string]string{apiv1.LabelNodeCost: "0.5"}),
-			node("c", nil),
-			node("d", map[string]string{apiv1.LabelNodeCost: "not-a-number"}),
+			ledgertest.Node("a", map[string]string{apiv1.LabelNodeCost: "3"}),
+			ledgertest.Node("b", map[string]string{apiv1.LabelNodeCost: "0.5"}),
+			ledgertest.Node("c", nil),
+			ledgertest.Node("d", map[string]string{apiv1.LabelNodeCost: "not-a-number"}),
 		}
 		if got := placeOneGPUPods(t, nodes, 3, "cost-aware"); !slices.Equal(got, []string{"b", "b", "b"}) {
 			t.Fatalf("placed on %v", got)
@@ -85,13 +86,13 @@ func TestNodeStrategyPerPod(t *testing.T) {
 		names := make([]string, 8)
 		for i := range eight {
 			names[i] = fmt.Sprintf("n%d", i)
-			eight[i] = node(names[i], nil)
+			eight[i] = ledgertest.Node(names[i], nil)
 		}
 		got := placeOneGPUPods(t, eight, 6, "random")
 		for i, n := range got {
 			// Every node is empty or holds one 1-GPU pod: the strategy decides unless the
 			// placement quality of a used node outweighs it, so check against the ranking.
-			ranks := allocator.RandomScores(names, 0, string(gpuPod(fmt.Sprintf("p%d", i), "").UID))
+			ranks := allocator.RandomScores(names, 0, string(ledgertest.Pod(fmt.Sprintf("p%d", i), "").UID))
 			if ranks[n] < 50 {
 				t.Errorf("pod %d went to %s, ranked %d of 100 for it (%v)", i, n, ranks[n], ranks)
 			}
@@ -106,8 +107,8 @@ func TestNodeStrategyPerPod(t *testing.T) {
 }
 
 func TestNodeStrategyAnnotationRejected(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)}, claimObj("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
-	pod := gpuPod("p", "c")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)}, ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+	pod := ledgertest.Pod("p", "c")
 	pod.Annotations[apiv1.AnnotationNodeStrategy] = "cheapest"
 	_, st, _ := e.schedule(t, pod)
 	if st == nil || st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), `annotation gpu.scheduling/node-strategy: unknown node strategy "cheapest"`) {
@@ -118,8 +119,8 @@ func TestNodeStrategyAnnotationRejected(t *testing.T) {
 // A pod that asks for GPUs through a claim template and names no claim yet is held back, never
 // scheduled as a pod without GPUs.
 func TestTemplatedPodWithoutClaimWaits(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
-	pod := gpuPod("p", "")
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
+	pod := ledgertest.Pod("p", "")
 	pod.Annotations[apiv1.AnnotationClaimTemplate] = "train-8x"
 	_, st, _ := e.schedule(t, pod)
 	if st == nil || st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "waiting for GpuClaim ns/p-train-8x to be made from GpuClaimTemplate train-8x") {
@@ -144,7 +145,7 @@ func (e *testEnv) setUtilization(t *testing.T, node string, percent int32, memUs
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		n, _ := e.p.ledger.snapshot(node)
+		n, _ := e.p.ledger.NodeView(node)
 		return n != nil && n.GPUs[0].UtilizationPercent == int(percent), nil
 	})
 	if err != nil {
@@ -155,10 +156,10 @@ func (e *testEnv) setUtilization(t *testing.T, node string, percent int32, memUs
 // least-utilized follows what the agents report: the pod goes to the node whose GPUs are least
 // busy, and elsewhere once that node reports busy; memory held counts as busy.
 func TestLeastUtilizedFollowsTheAgentsReports(t *testing.T) {
-	nodes := []*v1.Node{node("a", nil), node("b", nil), node("c", nil)}
+	nodes := []*v1.Node{ledgertest.Node("a", nil), ledgertest.Node("b", nil), ledgertest.Node("c", nil)}
 	var claims []runtime.Object
 	for i := range 3 {
-		claims = append(claims, claimObj(fmt.Sprintf("c%d", i), apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
+		claims = append(claims, ledgertest.Claim(fmt.Sprintf("c%d", i), apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}}))
 	}
 	e := newTestEnv(t, nodes, claims...)
 	e.setUtilization(t, "a", 80, 40000)
@@ -166,7 +167,7 @@ func TestLeastUtilizedFollowsTheAgentsReports(t *testing.T) {
 	e.setUtilization(t, "c", 45, 20000)
 	place := func(i int) string {
 		t.Helper()
-		pod := gpuPod(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i))
+		pod := ledgertest.Pod(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i))
 		pod.Annotations[apiv1.AnnotationNodeStrategy] = string(allocator.LeastUtilized)
 		n, st, _ := e.schedule(t, pod)
 		if st != nil {

@@ -11,16 +11,17 @@ import (
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 func templatedPod(name, template string) *v1.Pod {
-	p := gpuPod(name, "")
+	p := ledgertest.Pod(name, "")
 	p.Annotations[apiv1.AnnotationClaimTemplate] = template
 	return p
 }
 
 func ownedClaim(name string, owner *v1.Pod) *apiv1.GpuClaim {
-	c := claimObj(name, apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
+	c := ledgertest.Claim(name, apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
 	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
 	return c
 }
@@ -30,7 +31,7 @@ func ownedClaim(name string, owner *v1.Pod) *apiv1.GpuClaim {
 // schedulable once the claim exists and is owned by the pod. A claim of that name owned by
 // another pod is never used.
 func TestTemplatedPodWaitsForItsClaim(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
 	pod := templatedPod("train-0", "x1")
 	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), pod, nil)
 	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "waiting for GpuClaim ns/train-0-x1 to be made from GpuClaimTemplate x1 for pod train-0") {
@@ -44,7 +45,7 @@ func TestTemplatedPodWaitsForItsClaim(t *testing.T) {
 
 	// Same name, other owner: refused, naming the pod.
 	other := templatedPod("train-1", "x1")
-	stranger := gpuPod("stranger", "")
+	stranger := ledgertest.Pod("stranger", "")
 	createClaimStatusLess(t, e, ownedClaim("train-1-x1", stranger))
 	_, st = e.p.PreFilter(t.Context(), framework.NewCycleState(), other, nil)
 	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "GpuClaim ns/train-1-x1 is not owned by pod train-1") {
@@ -82,7 +83,7 @@ func createTemplate(t *testing.T, e *testEnv, name string, spec apiv1.GpuClaimSp
 // A pod whose template exists and whose claim does not is placed at once with the claim the
 // template describes; PreBind makes that claim, owned by the pod, and it ends Bound like any.
 func TestTemplatedPodIsPlacedAndItsClaimMadeAtPreBind(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
 	createTemplate(t, e, "x2", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}})
 	pod := templatedPod("web-0", "x2")
 	got, st, _ := e.schedule(t, pod)
@@ -104,7 +105,7 @@ func TestTemplatedPodIsPlacedAndItsClaimMadeAtPreBind(t *testing.T) {
 // The claim of an earlier pod of the same name, met at PreBind, is left to the garbage
 // collector like every writer leaves it (claims.Existing), and the failed attempt says so.
 func TestClaimOfAnEarlierPodAtPreBind(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
 	createTemplate(t, e, "x1", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
 	pod := templatedPod("job-2", "x1")
 	if _, err := e.kube.CoreV1().Pods("ns").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
@@ -132,7 +133,7 @@ func TestClaimOfAnEarlierPodAtPreBind(t *testing.T) {
 // attempt) is used when it is the pod's own with the same spec. One owned by another pod is
 // never used: the attempt fails, and no GPU stays locked for it.
 func TestClaimMadeMeanwhileAtPreBind(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
 	createTemplate(t, e, "x1", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
 
 	pod := templatedPod("job-0", "x1")
@@ -160,14 +161,14 @@ func TestClaimMadeMeanwhileAtPreBind(t *testing.T) {
 	if !st.IsSuccess() {
 		t.Fatalf("reserve: %v", st)
 	}
-	if _, err := e.gpu.GpuV1().GpuClaims("ns").Create(t.Context(), ownedClaim("job-1-x1", gpuPod("stranger", "")), metav1.CreateOptions{}); err != nil {
+	if _, err := e.gpu.GpuV1().GpuClaims("ns").Create(t.Context(), ownedClaim("job-1-x1", ledgertest.Pod("stranger", "")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, st, _ = e.bind(t, other, best, cs)
 	if st.IsSuccess() || !strings.Contains(st.Message(), "GpuClaim ns/job-1-x1 exists and is not owned by pod job-1") {
 		t.Fatalf("bind with a foreign claim of the pod's claim name: %v, want it refused", st)
 	}
-	if node, _ := e.p.ledger.holdsOf(other.UID); node != "" {
+	if node, _ := e.p.ledger.HoldsOf(other.UID); node != "" {
 		t.Fatalf("pod job-1 still holds GPUs on %s after the failed attempt", node)
 	}
 	leases, _ := e.kube.CoordinationV1().Leases("gpu-scheduler").List(t.Context(), metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
@@ -182,7 +183,7 @@ func TestClaimMadeMeanwhileAtPreBind(t *testing.T) {
 // forms a gang (gpu-controller makes a gang's claims before it is placed), with a message that
 // says so.
 func TestTemplatedPodWaitsForItsTemplate(t *testing.T) {
-	e := newTestEnv(t, []*v1.Node{node("a", nil)})
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
 	pod := templatedPod("late-0", "later")
 	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), pod, nil)
 	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != "waiting for GpuClaim ns/late-0-later to be made from GpuClaimTemplate later for pod late-0: GpuClaimTemplate ns/later does not exist" {

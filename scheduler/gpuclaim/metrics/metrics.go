@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 )
 
 const subsystem = "gpu_scheduler"
@@ -144,17 +146,14 @@ var reasons = [][2]string{
 	{ResultError, ReasonLeaseConflict}, {ResultError, ReasonAPI}, {ResultError, ReasonAdmitWait},
 }
 
-// GPUCount is one gauge sample of gpu_scheduler_gpus.
-type GPUCount struct {
-	Model, State string
-	Count        int
-}
+// GPUCount is one gauge sample of gpu_scheduler_gpus: the ledger counts them.
+type GPUCount = ledger.GPUCount
 
 // GPU states of gpu_scheduler_gpus.
 const (
-	StateFree      = "free"
-	StateAllocated = "allocated"
-	StateUnhealthy = "unhealthy"
+	StateFree      = ledger.StateFree
+	StateAllocated = ledger.StateAllocated
+	StateUnhealthy = ledger.StateUnhealthy
 )
 
 var (

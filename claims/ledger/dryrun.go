@@ -1,4 +1,4 @@
-package gpuclaim
+package ledger
 
 import (
 	"fmt"
@@ -52,24 +52,24 @@ type ReasonCount struct {
 	Nodes  int    `json:"nodes"`
 }
 
-// DryRun runs the plugin's claim checks and Filter (judgeNode, on a ledger fed as the
+// DryRun runs the plugin's claim checks and Filter (Judge, on a ledger fed as the
 // informers feed it) over snap for claim, on behalf of pod (nil for a claim alone). freshness
 // is the plugin's statusFreshnessSeconds. Nothing is written anywhere.
 func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, freshness time.Duration) DryRunResult {
 	var out DryRunResult
-	key := claimKey(claim.Namespace, claim.Name)
-	out.Gang = gangKey(claim)
+	key := claims.Key(claim.Namespace, claim.Name)
+	out.Gang = GangKey(claim)
 	var self types.UID
 	if pod != nil {
 		self = pod.UID
 	}
-	req, err := requestFor(claim)
-	// The pod's scheduling map entry, as PreFilter applies it (schedulingmap.go).
-	var pn *pin
+	req, err := RequestFor(claim)
+	// The pod's scheduling map entry, as PreFilter applies it (pin.go).
+	var pn *Pin
 	var mapErr error
 	if err == nil && pod != nil {
-		if pn, mapErr = pinOf(pod); mapErr == nil && pn != nil {
-			mapErr = pn.apply(&req, key)
+		if pn, mapErr = PinOf(pod); mapErr == nil && pn != nil {
+			mapErr = pn.Apply(&req, key)
 		}
 	}
 	switch {
@@ -77,7 +77,7 @@ func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, f
 		out.Blocked = fmt.Sprintf("GpuClaim %s is being deleted", key)
 	case err != nil:
 		out.Blocked = fmt.Sprintf("GpuClaim %s is invalid: %v", key, err)
-	case pod != nil && isTemplated(pod) && !ownedBy(claim, pod):
+	case pod != nil && isTemplated(pod) && !claims.IsOwnedBy(claim, pod):
 		out.Blocked = fmt.Sprintf("GpuClaim %s is not owned by pod %s (UID %s); it was not made from its GpuClaimTemplate for this pod", key, pod.Name, pod.UID)
 	case heldByOther(claim, self, snap.Pods):
 		out.Blocked = fmt.Sprintf("GpuClaim %s is held by pod %s/%s; one claim serves one pod at a time", key, claim.Namespace, claim.Status.PodName)
@@ -86,18 +86,18 @@ func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, f
 	default:
 		l := ledgerOf(snap)
 		oldest := now.Add(-freshness)
-		rk := requestKey(&req)
+		rk := RequestKey(&req)
 		for i := range snap.Nodes {
 			n := &snap.Nodes[i]
 			v := NodeVerdict{Node: n.Name}
-			if pn != nil && n.Name != pn.alloc.Node {
-				v.Reason = reasonNotPinned
-			} else if !selectorMatches(claim, n) {
-				v.Reason = reasonSelector
-			} else if res, st, unfit := judgeNode(l, n.Name, self, rk, req, oldest); st != nil {
-				v.Reason = st.Message()
-				if unfit != nil {
-					v.Detail = unfit.Reason
+			if pn != nil && n.Name != pn.Alloc.Node {
+				v.Reason = ReasonNotPinned
+			} else if !SelectorMatches(claim, n) {
+				v.Reason = ReasonSelector
+			} else if res, why := Judge(l, n.Name, self, rk, req, oldest); why != nil {
+				v.Reason = why.Reason
+				if why.Unfit != nil {
+					v.Detail = why.Unfit.Reason
 				}
 			} else {
 				v.GPUs = res.IDs
@@ -105,8 +105,8 @@ func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, f
 			out.Nodes = append(out.Nodes, v)
 		}
 		sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Node < out.Nodes[j].Node })
-		if pn != nil && !hasNode(snap.Nodes, pn.alloc.Node) {
-			out.Blocked = pn.message(pod, fmt.Sprintf("node %s does not exist", pn.alloc.Node))
+		if pn != nil && !hasNode(snap.Nodes, pn.Alloc.Node) {
+			out.Blocked = pn.Message(pod, fmt.Sprintf("node %s does not exist", pn.Alloc.Node))
 		}
 	}
 	return out
@@ -152,7 +152,7 @@ func heldByOther(claim *apiv1.GpuClaim, self types.UID, pods []v1.Pod) bool {
 		return false
 	}
 	for i := range pods {
-		if pods[i].UID == uid && !podFinished(&pods[i]) {
+		if pods[i].UID == uid && !claims.PodFinished(&pods[i]) {
 			return true
 		}
 	}
@@ -161,45 +161,45 @@ func heldByOther(claim *apiv1.GpuClaim, self types.UID, pods []v1.Pod) bool {
 
 // ledgerOf feeds a ledger the way the plugin's informer handlers do: node statuses, lease
 // holders and the allocations of bound pods.
-func ledgerOf(snap *Snapshot) *ledger {
-	l := newLedger()
+func ledgerOf(snap *Snapshot) *Ledger {
+	l := New()
 	for i := range snap.Statuses {
-		l.setStatus(&snap.Statuses[i])
+		l.SetStatus(&snap.Statuses[i])
 	}
 	for i := range snap.Leases {
 		if _, live := snap.Leases[i].Labels[apiv1.LabelAgentLiveness]; live {
-			if node, renewed, ok := livenessOf(&snap.Leases[i]); ok {
-				l.setRenewed(node, renewed)
+			if node, renewed, err := claims.ParseLiveness(&snap.Leases[i]); err == nil && node != "" {
+				l.SetRenewed(node, renewed)
 			}
 			continue
 		}
-		if ref, ok := parseLease(&snap.Leases[i]); ok {
-			for _, uid := range ref.holders {
-				l.add(uid, ref.node, []int{ref.gpu}, ref.shared, fromLease)
+		if ref, ok := claims.ParseGPULease(&snap.Leases[i]); ok {
+			for _, uid := range ref.Holders {
+				l.Add(uid, ref.Node, []int{ref.GPU}, ref.Shared, FromLease)
 			}
-		} else if node, id, ok := foreignRef(&snap.Leases[i]); ok {
-			l.add(foreignHolder(snap.Leases[i].Name), node, []int{id}, false, fromLease) // foreign.go
+		} else if node, id, ok := ForeignRef(&snap.Leases[i]); ok {
+			l.Add(ForeignHolder(snap.Leases[i].Name), node, []int{id}, false, FromLease) // foreign.go
 		}
 	}
 	shared := map[string]bool{}
 	for _, c := range snap.Claims {
-		shared[claimKey(c.Namespace, c.Name)] = c.Spec.Devices.Exclusivity == apiv1.Shared
+		shared[claims.Key(c.Namespace, c.Name)] = c.Spec.Devices.Exclusivity == apiv1.Shared
 	}
 	for i := range snap.Pods {
 		pod := &snap.Pods[i]
-		if podFinished(pod) {
+		if claims.PodFinished(pod) {
 			continue
 		}
-		if alloc, ok := boundAllocation(pod); ok {
-			l.add(pod.UID, alloc.Node, alloc.IDs, shared[claimKey(pod.Namespace, claimNameOrEmpty(pod))], fromPod)
+		if alloc, ok := BoundAllocation(pod); ok {
+			l.Add(pod.UID, alloc.Node, alloc.IDs, shared[claims.Key(pod.Namespace, claimNameOf(pod))], FromPod)
 		}
 	}
 	return l
 }
 
-// boundAllocation is the allocation a bound pod carries, when it is on the pod's node: such a
+// BoundAllocation is the allocation a bound pod carries, when it is on the pod's node: such a
 // pod holds those GPUs even if its leases were lost.
-func boundAllocation(pod *v1.Pod) (apiv1.Allocation, bool) {
+func BoundAllocation(pod *v1.Pod) (apiv1.Allocation, bool) {
 	if pod.Spec.NodeName == "" {
 		return apiv1.Allocation{}, false
 	}
@@ -221,4 +221,22 @@ func hasNode(nodes []v1.Node, name string) bool {
 		}
 	}
 	return false
+}
+
+// ForeignHolder is the ledger's holder for a foreign lease.
+func ForeignHolder(name string) types.UID { return types.UID("lease:" + name) }
+
+// ForeignRef reads a lease that locks a GPU without being one of the scheduler's locks: its
+// name is a GPU lease name, and claims.ParseGPULease does not accept it.
+func ForeignRef(l *coordinationv1.Lease) (node string, id int, ok bool) {
+	if _, ours := claims.ParseGPULease(l); ours {
+		return "", 0, false
+	}
+	return apiv1.ParseLeaseName(l.Name)
+}
+
+// claimNameOf is the claim a pod names; empty when none.
+func claimNameOf(pod *v1.Pod) string {
+	name, _ := claims.Name(pod)
+	return name
 }

@@ -1,4 +1,4 @@
-package gpuclaim
+package ledger
 
 import (
 	"fmt"
@@ -13,23 +13,22 @@ import (
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
-	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
-// source says why the plugin believes a pod holds a GPU. A hold lives while any source does.
-type source uint8
+// Source says why the plugin believes a pod holds a GPU. A hold lives while any source does.
+type Source uint8
 
 const (
-	// fromReservation: this scheduler reserved the GPU in the scheduling cycle.
-	fromReservation source = 1 << iota
-	// fromLease: a Lease gpu-{node}-{id} names the pod (ours or another scheduler's).
-	fromLease
-	// fromPod: a live pod carries the allocation annotation.
-	fromPod
+	// FromReservation: this scheduler reserved the GPU in the scheduling cycle.
+	FromReservation Source = 1 << iota
+	// FromLease: a Lease gpu-{node}-{id} names the pod (ours or another scheduler's).
+	FromLease
+	// FromPod: a live pod carries the allocation annotation.
+	FromPod
 )
 
 type hold struct {
-	sources source
+	sources Source
 	shared  bool
 }
 
@@ -176,29 +175,29 @@ func (e *nodeEntry) applyHoldsExcept(skip func(types.UID) bool) *allocator.Node 
 	return n
 }
 
-// fit is how well a node can serve a request, judged from its summary alone.
-type fit uint8
+// Fit is how well a node can serve a request, judged from its summary alone.
+type Fit uint8
 
 const (
-	fitNone fit = iota
-	// fitNode: enough eligible GPUs, but no single island holds them.
-	fitNode
-	// fitIsland: one island holds enough eligible GPUs.
-	fitIsland
-	// fitIslandBandwidth: one island holds enough eligible GPUs at the bandwidth asked for.
-	fitIslandBandwidth
+	FitNone Fit = iota
+	// FitNode: enough eligible GPUs, but no single island holds them.
+	FitNode
+	// FitIsland: one island holds enough eligible GPUs.
+	FitIsland
+	// FitIslandBandwidth: one island holds enough eligible GPUs at the bandwidth asked for.
+	FitIslandBandwidth
 )
 
 // fits judges a node for a request. It agrees with allocator.Allocate on whether the node can
-// serve the request at all; the tiers above fitNode only say how well.
-func (s *nodeSummary) fits(req *allocator.Request) fit {
+// serve the request at all; the tiers above FitNode only say how well.
+func (s *nodeSummary) fits(req *allocator.Request) Fit {
 	f, _ := s.fitsWithFree(req)
 	return f
 }
 
 // room is how much a node would have left around a request: the GPUs of the tightest island
 // that can hold it (of the node when none can), and of the whole node; PreFilter offers the
-// tightest fits first (candidates.go).
+// tightest fits first (PickCandidates).
 type room struct {
 	island, node int
 }
@@ -206,7 +205,7 @@ type room struct {
 // fitsWithFree is fits, and the node's room for the request: the GPUs it could take at all
 // (free, or shareable for a Shared request, at any bandwidth) in the tightest island that holds
 // the request at the fit found, and on the whole node.
-func (s *nodeSummary) fitsWithFree(req *allocator.Request) (fit, room) {
+func (s *nodeSummary) fitsWithFree(req *allocator.Request) (Fit, room) {
 	total, best, bestBW, all := 0, 0, 0, 0
 	tight, tightBW := -1, -1 // GPUs of the smallest island that holds the request (at the bandwidth)
 	for i := range s.islands {
@@ -240,24 +239,24 @@ func (s *nodeSummary) fitsWithFree(req *allocator.Request) (fit, room) {
 	switch {
 	case req.Topology == allocator.Required:
 		if best >= req.Count {
-			return fitIslandBandwidth, room{tightBW, all}
+			return FitIslandBandwidth, room{tightBW, all}
 		}
-		return fitNone, room{}
+		return FitNone, room{}
 	case total < req.Count:
-		return fitNone, room{}
+		return FitNone, room{}
 	case bestBW >= req.Count:
-		return fitIslandBandwidth, room{tightBW, all}
+		return FitIslandBandwidth, room{tightBW, all}
 	case best >= req.Count:
-		return fitIsland, room{tight, all}
+		return FitIsland, room{tight, all}
 	default:
-		return fitNode, room{all, all}
+		return FitNode, room{all, all}
 	}
 }
 
-// ledger is the plugin's in-memory view: the agents' GpuNodeStatus per node plus a ledger of
+// Ledger is the plugin's in-memory view: the agents' GpuNodeStatus per node plus a ledger of
 // who holds which GPU. Reserve writes it without any API call, so the scheduling cycle never
 // waits on the API server; leases observed from every scheduler keep it true across processes.
-type ledger struct {
+type Ledger struct {
 	// now is the clock that signs of life are clamped to (seen).
 	now   func() time.Time
 	mu    sync.RWMutex
@@ -306,7 +305,7 @@ func (s *nodeSummary) clone() nodeSummary {
 
 // reshape moves node's entry to the shape group of its summary, after a recompute; an entry
 // without a GpuNodeStatus is in none.
-func (c *ledger) reshape(node string, e *nodeEntry) {
+func (c *Ledger) reshape(node string, e *nodeEntry) {
 	key := ""
 	if e.base != nil {
 		key = "\x00" + e.sum.shapeKey() // never empty, even for a node without GPUs
@@ -332,8 +331,8 @@ func (c *ledger) reshape(node string, e *nodeEntry) {
 	g.nodes[node] = e
 }
 
-func newLedger() *ledger {
-	return &ledger{
+func New() *Ledger {
+	return &Ledger{
 		now:     time.Now,
 		nodes:   map[string]*nodeEntry{},
 		byPod:   map[types.UID]map[gpuRef]bool{},
@@ -343,7 +342,7 @@ func newLedger() *ledger {
 	}
 }
 
-func (c *ledger) entry(node string) *nodeEntry {
+func (c *Ledger) entry(node string) *nodeEntry {
 	e := c.nodes[node]
 	if e == nil {
 		e = &nodeEntry{holds: map[int]map[types.UID]*hold{}}
@@ -352,11 +351,11 @@ func (c *ledger) entry(node string) *nodeEntry {
 	return e
 }
 
-// setStatus records the hardware of a node from its GpuNodeStatus. It returns the node's
+// SetStatus records the hardware of a node from its GpuNodeStatus. It returns the node's
 // heartbeat (nodeEntry.heartbeat) before and after. A status that does not describe the node it
-// is named after (statusNode) must not reach it: the caller checks.
-func (c *ledger) setStatus(gns *apiv1.GpuNodeStatus) (before, after time.Time) {
-	n := nodeFromStatus(gns)
+// is named after (StatusNode) must not reach it: the caller checks.
+func (c *Ledger) SetStatus(gns *apiv1.GpuNodeStatus) (before, after time.Time) {
+	n := NodeFromStatus(gns)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entry(nodeNameOf(gns))
@@ -386,9 +385,9 @@ func (e *nodeEntry) beat() {
 	}
 }
 
-// deleteStatus forgets a node's hardware; its holds stay until their pods go, its liveness
+// DeleteStatus forgets a node's hardware; its holds stay until their pods go, its liveness
 // renewals until its lease goes.
-func (c *ledger) deleteStatus(node string) {
+func (c *Ledger) DeleteStatus(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.nodes[node]; e != nil {
@@ -402,16 +401,16 @@ func (c *ledger) deleteStatus(node string) {
 }
 
 // dropIfEmpty forgets an entry that holds nothing any more.
-func (c *ledger) dropIfEmpty(node string, e *nodeEntry) {
+func (c *Ledger) dropIfEmpty(node string, e *nodeEntry) {
 	if e.base == nil && len(e.holds) == 0 && e.renewed.IsZero() {
 		delete(c.nodes, node)
 	}
 }
 
-// setRenewed records when node's agent last renewed its liveness Lease (zero: the lease went).
+// SetRenewed records when node's agent last renewed its liveness Lease (zero: the lease went).
 // It returns the node's heartbeat before and after; both are zero while the node has no
 // GpuNodeStatus, which alone makes it schedulable.
-func (c *ledger) setRenewed(node string, renewed time.Time) (before, after time.Time) {
+func (c *Ledger) SetRenewed(node string, renewed time.Time) (before, after time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.nodes[node]
@@ -435,24 +434,24 @@ func (c *ledger) setRenewed(node string, renewed time.Time) (before, after time.
 // seen clamps a sign of life to the time it is observed: a heartbeat or renewal stamped in the
 // future (a skewed clock, or an agent keeping a dead node alive) counts as now, so a node whose
 // updates stop is stale one freshness window later, whatever its last stamp said.
-func (c *ledger) seen(t time.Time) time.Time {
+func (c *Ledger) seen(t time.Time) time.Time {
 	if now := c.now(); t.After(now) {
 		return now
 	}
 	return t
 }
 
-// nodeNameOf is the node a GpuNodeStatus describes: its own name (statusNode checks that
+// nodeNameOf is the node a GpuNodeStatus describes: its own name (StatusNode checks that
 // spec.nodeName, when set, agrees).
 func nodeNameOf(gns *apiv1.GpuNodeStatus) string { return gns.Name }
 
-// statusNode checks that a GpuNodeStatus describes the node it is named after, and returns a
+// StatusNode checks that a GpuNodeStatus describes the node it is named after, and returns a
 // reason when it does not. The agents' admission policy binds each agent to the status named
 // after its own node; a status whose spec.nodeName names another node would let one node's
 // agent rewrite another node's GPUs, so the scheduler ignores it.
 // A node whose name cannot label its GPU leases (apiv1.CheckNodeName) is ignored too: its GPUs
 // could never be locked.
-func statusNode(gns *apiv1.GpuNodeStatus) (string, error) {
+func StatusNode(gns *apiv1.GpuNodeStatus) (string, error) {
 	if gns.Spec.NodeName != "" && gns.Spec.NodeName != gns.Name {
 		return "", fmt.Errorf("GpuNodeStatus %s has spec.nodeName %q: a status must be named after its node, so it is ignored", gns.Name, gns.Spec.NodeName)
 	}
@@ -462,11 +461,11 @@ func statusNode(gns *apiv1.GpuNodeStatus) (string, error) {
 	return gns.Name, nil
 }
 
-// nodeFromStatus converts the agent's report into the allocator's model. Devices with
+// NodeFromStatus converts the agent's report into the allocator's model. Devices with
 // duplicate IDs or IDs outside 0-apiv1.MaxGPUID are dropped (the first wins) so that bad data
 // (a status written before the CRD schema bounded it) cannot confuse the allocator or cost every
 // placement a walk over thousands of GPUs; they are simply never offered.
-func nodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
+func NodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
 	n := &allocator.Node{Name: nodeNameOf(gns), GPUs: make([]allocator.GPU, 0, min(len(gns.Status.Devices), apiv1.MaxGPUsPerNode))}
 	seen := map[int32]bool{}
 	for _, d := range gns.Status.Devices {
@@ -503,17 +502,17 @@ func nodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
 
 // snapshot returns the allocator's view of a node with every hold applied, or nil when no
 // GpuNodeStatus has been seen for it. The view is shared: callers must not change it.
-func (c *ledger) snapshot(node string) (*allocator.Node, time.Time) {
+func (c *Ledger) NodeView(node string) (*allocator.Node, time.Time) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.snapshotLocked(node)
 }
 
-func (c *ledger) snapshotLocked(node string) (*allocator.Node, time.Time) {
+func (c *Ledger) snapshotLocked(node string) (*allocator.Node, time.Time) {
 	return c.snapshotExcept(node, "")
 }
 
-func (c *ledger) snapshotExcept(node string, self types.UID) (*allocator.Node, time.Time) {
+func (c *Ledger) snapshotExcept(node string, self types.UID) (*allocator.Node, time.Time) {
 	e := c.nodes[node]
 	if e == nil || e.base == nil {
 		return nil, time.Time{}
@@ -524,8 +523,8 @@ func (c *ledger) snapshotExcept(node string, self types.UID) (*allocator.Node, t
 	return e.view, e.heartbeat
 }
 
-// snapshotWithout is the node as if the pods in skip held none of its GPUs.
-func (c *ledger) snapshotWithout(node string, skip []types.UID) (*allocator.Node, time.Time) {
+// NodeViewWithout is the node as if the pods in skip held none of its GPUs.
+func (c *Ledger) NodeViewWithout(node string, skip []types.UID) (*allocator.Node, time.Time) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e := c.nodes[node]
@@ -535,10 +534,10 @@ func (c *ledger) snapshotWithout(node string, skip []types.UID) (*allocator.Node
 	return e.applyHoldsExcept(func(uid types.UID) bool { return slices.Contains(skip, uid) }), e.heartbeat
 }
 
-// place returns where req would land on node for pod self, from the cache when the node has
-// not changed since the same request shape (key, see requestKey) was last placed there. ok is
+// Place returns where req would land on node for pod self, from the cache when the node has
+// not changed since the same request shape (key, see RequestKey) was last placed there. ok is
 // false when no GpuNodeStatus has been seen for the node.
-func (c *ledger) place(node string, self types.UID, key string, req allocator.Request) (res allocator.Result, heartbeat time.Time, err error, ok bool) {
+func (c *Ledger) Place(node string, self types.UID, key string, req allocator.Request) (res allocator.Result, heartbeat time.Time, err error, ok bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e := c.nodes[node]
@@ -573,31 +572,31 @@ func (e *nodeEntry) holdsPod(uid types.UID) bool {
 	return false
 }
 
-// requestKey identifies a request's shape: requests with the same key get the same placement
+// RequestKey identifies a request's shape: requests with the same key get the same placement
 // on the same node view.
-func requestKey(r *allocator.Request) string {
+func RequestKey(r *allocator.Request) string {
 	return fmt.Sprintf("%d/%d/%d/%d/%d/%v/%v", r.Count, r.Policy, r.Exclusivity, r.Topology, r.MinBandwidthGBps, r.PreferIDs, r.Pinned)
 }
 
-// candidate is a node that can serve a request, and its room for it.
-type candidate struct {
-	name string
+// Candidate is a node that can serve a request, and its room for it.
+type Candidate struct {
+	Name string
 	room room
 }
 
-// candidatesByFit are candidates by fit tier.
-type candidatesByFit = [fitIslandBandwidth + 1][]candidate
+// CandidatesByFit are candidates by fit tier.
+type CandidatesByFit = [FitIslandBandwidth + 1][]Candidate
 
 // candidateBufs recycles candidates' lists: a burst scans thousands of nodes for every pod, and
 // growing fresh lists each time made ~600 KB of garbage per pod at 5,000 nodes.
-var candidateBufs = sync.Pool{New: func() any { return new(candidatesByFit) }}
+var candidateBufs = sync.Pool{New: func() any { return new(CandidatesByFit) }}
 
-// candidates groups the nodes with a GpuNodeStatus fresher than oldest by how well they fit
+// Candidates groups the nodes with a GpuNodeStatus fresher than oldest by how well they fit
 // req; keep filters nodes (selector). It judges each shape group's summary once, and counts as
 // stale the nodes that would fit but whose status is older than oldest. The lists are
-// recycled: the caller hands them back with releaseCandidates once it is done with them.
-func (c *ledger) candidates(req *allocator.Request, oldest time.Time, keep func(node string) bool) (byFit *candidatesByFit, stale int) {
-	byFit = candidateBufs.Get().(*candidatesByFit)
+// recycled: the caller hands them back with ReleaseCandidates once it is done with them.
+func (c *Ledger) Candidates(req *allocator.Request, oldest time.Time, keep func(node string) bool) (byFit *CandidatesByFit, stale int) {
+	byFit = candidateBufs.Get().(*CandidatesByFit)
 	for i := range byFit {
 		byFit[i] = byFit[i][:0]
 	}
@@ -605,7 +604,7 @@ func (c *ledger) candidates(req *allocator.Request, oldest time.Time, keep func(
 	defer c.mu.RUnlock()
 	for _, g := range c.shapes {
 		f, r := g.sum.fitsWithFree(req)
-		if f == fitNone {
+		if f == FitNone {
 			continue
 		}
 		for name, e := range g.nodes {
@@ -614,32 +613,32 @@ func (c *ledger) candidates(req *allocator.Request, oldest time.Time, keep func(
 				continue
 			}
 			if keep(name) {
-				byFit[f] = append(byFit[f], candidate{name: name, room: r})
+				byFit[f] = append(byFit[f], Candidate{Name: name, room: r})
 			}
 		}
 	}
 	return byFit, stale
 }
 
-// releaseCandidates hands candidates' lists back for reuse.
-func releaseCandidates(byFit *candidatesByFit) { candidateBufs.Put(byFit) }
+// ReleaseCandidates hands candidates' lists back for reuse.
+func ReleaseCandidates(byFit *CandidatesByFit) { candidateBufs.Put(byFit) }
 
-// fitsOn tells whether node, fresh since oldest, can serve req now (summary only).
-func (c *ledger) fitsOn(node string, req *allocator.Request, oldest time.Time) bool {
+// FitsOn tells whether node, fresh since oldest, can serve req now (summary only).
+func (c *Ledger) FitsOn(node string, req *allocator.Request, oldest time.Time) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e := c.nodes[node]
-	return e != nil && e.base != nil && !e.heartbeat.Before(oldest) && e.sum.fits(req) != fitNone
+	return e != nil && e.base != nil && !e.heartbeat.Before(oldest) && e.sum.fits(req) != FitNone
 }
 
-// add records that pod uid holds GPUs ids on node, for the given source.
-func (c *ledger) add(uid types.UID, node string, ids []int, shared bool, src source) {
+// Add records that pod uid holds GPUs ids on node, for the given source.
+func (c *Ledger) Add(uid types.UID, node string, ids []int, shared bool, src Source) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.addLocked(uid, node, ids, shared, src)
 }
 
-func (c *ledger) addLocked(uid types.UID, node string, ids []int, shared bool, src source) {
+func (c *Ledger) addLocked(uid types.UID, node string, ids []int, shared bool, src Source) {
 	e := c.entry(node)
 	refs := c.byPod[uid]
 	if refs == nil {
@@ -664,15 +663,15 @@ func (c *ledger) addLocked(uid types.UID, node string, ids []int, shared bool, s
 	c.reshape(node, e)
 }
 
-// remove drops the given source of pod uid's holds on the GPUs ids of node (all of the pod's
+// Remove drops the given source of pod uid's holds on the GPUs ids of node (all of the pod's
 // GPUs when ids is nil); holds left with no source are released.
-func (c *ledger) remove(uid types.UID, node string, ids []int, src source) {
+func (c *Ledger) Remove(uid types.UID, node string, ids []int, src Source) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.removeLocked(uid, node, ids, src)
 }
 
-func (c *ledger) removeLocked(uid types.UID, node string, ids []int, src source) {
+func (c *Ledger) removeLocked(uid types.UID, node string, ids []int, src Source) {
 	refs := c.byPod[uid]
 	for ref := range refs {
 		if node != "" && ref.node != node {
@@ -707,11 +706,11 @@ func (c *ledger) removeLocked(uid types.UID, node string, ids []int, src source)
 	}
 }
 
-// forget releases every hold of a pod, whatever its source: the pod is gone or finished.
-func (c *ledger) forget(uid types.UID) {
+// Forget releases every hold of a pod, whatever its source: the pod is gone or finished.
+func (c *Ledger) Forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.removeLocked(uid, "", nil, fromReservation|fromLease|fromPod)
+	c.removeLocked(uid, "", nil, FromReservation|FromLease|FromPod)
 	if k, ok := c.claimOf[uid]; ok {
 		if c.claims[k] == uid {
 			delete(c.claims, k)
@@ -720,8 +719,8 @@ func (c *ledger) forget(uid types.UID) {
 	}
 }
 
-// holdsOf returns the node and GPU IDs a pod holds (sorted), if any.
-func (c *ledger) holdsOf(uid types.UID) (string, []int) {
+// HoldsOf returns the node and GPU IDs a pod holds (sorted), if any.
+func (c *Ledger) HoldsOf(uid types.UID) (string, []int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	node := ""
@@ -734,9 +733,9 @@ func (c *ledger) holdsOf(uid types.UID) (string, []int) {
 	return node, ids
 }
 
-// reserve atomically re-checks a placement against the current ledger and records it. It
+// Reserve atomically re-checks a placement against the current ledger and records it. It
 // returns the IDs actually reserved (recomputed when the ledger changed since Filter).
-func (c *ledger) reserve(uid types.UID, claimKey, node string, req allocator.Request) (allocator.Result, error) {
+func (c *Ledger) Reserve(uid types.UID, claimKey, node string, req allocator.Request) (allocator.Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n, _ := c.snapshotExcept(node, uid)
@@ -747,7 +746,7 @@ func (c *ledger) reserve(uid types.UID, claimKey, node string, req allocator.Req
 	if err != nil {
 		return allocator.Result{}, err
 	}
-	c.addLocked(uid, node, res.IDs, req.Exclusivity == allocator.Shared, fromReservation)
+	c.addLocked(uid, node, res.IDs, req.Exclusivity == allocator.Shared, FromReservation)
 	if old, ok := c.claims[claimKey]; ok && old != uid {
 		delete(c.claimOf, old)
 	}
@@ -759,33 +758,43 @@ func (c *ledger) reserve(uid types.UID, claimKey, node string, req allocator.Req
 	return res, nil
 }
 
-// unreserve reverts reserve; it is idempotent.
-func (c *ledger) unreserve(uid types.UID, claimKey string) {
+// Unreserve reverts reserve; it is idempotent.
+func (c *Ledger) Unreserve(uid types.UID, claimKey string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.removeLocked(uid, "", nil, fromReservation|fromLease)
+	c.removeLocked(uid, "", nil, FromReservation|FromLease)
 	if c.claims[claimKey] == uid {
 		delete(c.claims, claimKey)
 		delete(c.claimOf, uid)
 	}
 }
 
-// claimReservedFor returns the pod this scheduler reserved a claim for.
-func (c *ledger) claimReservedFor(claimKey string) (types.UID, bool) {
+// ClaimReservedFor returns the pod this scheduler reserved a claim for.
+func (c *Ledger) ClaimReservedFor(claimKey string) (types.UID, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	uid, ok := c.claims[claimKey]
 	return uid, ok
 }
 
-// NodeFromStatus is nodeFromStatus for tools outside the scheduler (kubectl gpu) that must
-// see a node exactly as the allocator does.
-func NodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node { return nodeFromStatus(gns) }
+// GPUCount is how many GPUs of one model are in one state (StateFree, StateAllocated,
+// StateUnhealthy): one sample of the scheduler's gpu_scheduler_gpus gauge.
+type GPUCount struct {
+	Model, State string
+	Count        int
+}
 
-// gpuCounts counts the GPUs of every node with a status by model and state (free, allocated,
+// GPU states of GPUCount.
+const (
+	StateFree      = "free"
+	StateAllocated = "allocated"
+	StateUnhealthy = "unhealthy"
+)
+
+// GPUCounts counts the GPUs of every node with a status by model and state (free, allocated,
 // unhealthy), for the gpu_scheduler_gpus gauge. A GPU that is not Healthy counts as unhealthy
 // whether or not a pod still holds it.
-func (c *ledger) gpuCounts() []metrics.GPUCount {
+func (c *Ledger) GPUCounts() []GPUCount {
 	type key struct{ model, state string }
 	counts := map[key]int{}
 	c.mu.RLock()
@@ -794,23 +803,122 @@ func (c *ledger) gpuCounts() []metrics.GPUCount {
 			continue
 		}
 		for _, g := range e.view.GPUs {
-			k := key{model: e.models[g.ID], state: metrics.StateFree}
+			k := key{model: e.models[g.ID], state: StateFree}
 			if k.model == "" {
 				k.model = "unknown"
 			}
 			switch {
 			case g.Health != allocator.Healthy:
-				k.state = metrics.StateUnhealthy
+				k.state = StateUnhealthy
 			case g.ExclusiveHolder != "" || g.SharedHolders > 0:
-				k.state = metrics.StateAllocated
+				k.state = StateAllocated
 			}
 			counts[k]++
 		}
 	}
 	c.mu.RUnlock()
-	out := make([]metrics.GPUCount, 0, len(counts))
+	out := make([]GPUCount, 0, len(counts))
 	for k, n := range counts {
-		out = append(out, metrics.GPUCount{Model: k.model, State: k.state, Count: n})
+		out = append(out, GPUCount{Model: k.model, State: k.state, Count: n})
 	}
 	return out
+}
+
+// PickCandidates chooses the nodes PreFilter offers out of tiers (best fit tier first, each the
+// candidates of one tier). Up to limit nodes, better tiers before worse; within the tier where
+// the limit falls, binpack takes the tightest fits first: the fewest GPUs left in the island the
+// request would use, then on the node (a best fit that keeps large free islands and empty nodes
+// whole for large claims, in the order allocator.NodeScore's binpack ranks them: island fit
+// before the node's packed share), and spread the emptiest nodes. The other strategies rank nodes by something the ledger does not hold (utilisation,
+// names, costs, a draw per pod), and limit 0 means no cap: then every node is offered. capped
+// reports whether some were left out. Ties keep the ledger's map order, which Go varies from
+// scan to scan, so that a node another plugin keeps refusing is not offered first every time.
+func PickCandidates(tiers [][]Candidate, s allocator.Strategy, limit int) (names []string, capped bool) {
+	total := 0
+	for _, t := range tiers {
+		total += len(t)
+	}
+	if limit <= 0 || total <= limit || (s != allocator.Binpack && s != allocator.SpreadNodes) {
+		names = make([]string, 0, total)
+		for _, t := range tiers {
+			for _, c := range t {
+				names = append(names, c.Name)
+			}
+		}
+		return names, false
+	}
+	names = make([]string, 0, limit)
+	for _, t := range tiers {
+		need := limit - len(names)
+		if need == 0 {
+			break
+		}
+		if len(t) <= need {
+			for _, c := range t {
+				names = append(names, c.Name)
+			}
+			continue
+		}
+		names = appendBest(names, t, need, s == allocator.SpreadNodes)
+	}
+	return names, true
+}
+
+// appendBest appends the need best candidates of t (tightest, or emptiest), by a counting pass
+// over t rather than a sort: a burst asks this for every pod, over thousands of nodes.
+func appendBest(names []string, t []Candidate, need int, emptiest bool) []string {
+	most := 0
+	for _, c := range t {
+		most = max(most, c.room.node, c.room.island)
+	}
+	key := func(c Candidate) int {
+		if emptiest {
+			return most - c.room.node
+		}
+		return c.room.island*(most+1) + c.room.node
+	}
+	counts := make([]int, (most+1)*(most+1))
+	for _, c := range t {
+		counts[key(c)]++
+	}
+	// Every candidate with a key below cut is taken, and the first rest of those with key cut.
+	cut, rest := 0, need
+	for ; cut < len(counts) && counts[cut] < rest; cut++ {
+		rest -= counts[cut]
+	}
+	for _, c := range t {
+		switch k := key(c); {
+		case k < cut:
+			names = append(names, c.Name)
+		case k == cut && rest > 0:
+			names = append(names, c.Name)
+			rest--
+		}
+	}
+	return names
+}
+
+// SetClock sets the clock that signs of life are clamped to (time.Now by default); tests and
+// the plugin's injected clock use it.
+func (c *Ledger) SetClock(now func() time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
+}
+
+// Nodes is how many nodes the ledger keeps an entry for: a status, a hold or a renewal.
+func (c *Ledger) Nodes() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.nodes)
+}
+
+// HeldGPUs is how many of node's GPUs someone holds, whatever the source.
+func (c *Ledger) HeldGPUs(node string) int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e := c.nodes[node]; e != nil {
+		return len(e.holds)
+	}
+	return 0
 }

@@ -1,4 +1,4 @@
-package gpuclaim
+package ledger
 
 import (
 	"fmt"
@@ -9,21 +9,21 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
-// pin is a pod's entry in the explicit placement map of its gpu-scheduling-map annotation:
+// Pin is a pod's entry in the explicit placement map of its gpu-scheduling-map annotation:
 // the pod goes to exactly this node and these GPUs, or nowhere.
-type pin struct {
-	index int
-	alloc apiv1.Allocation
+type Pin struct {
+	Index int
+	Alloc apiv1.Allocation
 }
 
 // String is the entry as the user wrote it ("1=node-b:2,3"), so messages name it.
-func (p *pin) String() string { return fmt.Sprintf("%d=%s", p.index, p.alloc) }
+func (p *Pin) String() string { return fmt.Sprintf("%d=%s", p.Index, p.Alloc) }
 
-// pinOf returns the pod's entry in its scheduling map. It returns nil when the pod has no map,
+// PinOf returns the pod's entry in its scheduling map. It returns nil when the pod has no map,
 // has no index (a Deployment's pod) or its index is not in the map: such a pod is placed as any
 // other. A map that does not parse is an error naming its line; the webhook refuses such pods,
 // but one created without the webhook must not crash nor be placed by guesswork.
-func pinOf(pod *v1.Pod) (*pin, error) {
+func PinOf(pod *v1.Pod) (*Pin, error) {
 	raw, ok := pod.Annotations[apiv1.AnnotationSchedulingMap]
 	if !ok {
 		return nil, nil
@@ -40,24 +40,24 @@ func pinOf(pod *v1.Pod) (*pin, error) {
 	if !ok {
 		return nil, nil
 	}
-	return &pin{index: index, alloc: a}, nil
+	return &Pin{Index: index, Alloc: a}, nil
 }
 
-// apply narrows a claim's request to the entry's GPUs. The entry must name as many GPUs as the
+// Apply narrows a claim's request to the entry's GPUs. The entry must name as many GPUs as the
 // claim asks for: the claim's count is what the webhook hands the container (and quota counts),
 // so a mismatch is the user's to fix, not ours to guess. Topology and policy give way to the
 // user's choice; exclusivity still holds (an Exclusive claim never takes a shared GPU).
-func (p *pin) apply(req *allocator.Request, claimKey string) error {
-	if len(p.alloc.IDs) != req.Count {
-		return fmt.Errorf("gpu-scheduling-map entry %s names %d GPUs but GpuClaim %s asks for %d", p, len(p.alloc.IDs), claimKey, req.Count)
+func (p *Pin) Apply(req *allocator.Request, claimKey string) error {
+	if len(p.Alloc.IDs) != req.Count {
+		return fmt.Errorf("gpu-scheduling-map entry %s names %d GPUs but GpuClaim %s asks for %d", p, len(p.Alloc.IDs), claimKey, req.Count)
 	}
-	req.Pinned = append([]int(nil), p.alloc.IDs...)
+	req.Pinned = append([]int(nil), p.Alloc.IDs...)
 	req.Policy, req.PreferIDs = allocator.Contiguous, nil
 	req.Topology, req.MinBandwidthGBps = allocator.Ignore, 0
 	return nil
 }
 
-// message says why the pod waits on its entry, naming the entry and the pod.
-func (p *pin) message(pod *v1.Pod, why string) string {
-	return fmt.Sprintf("gpu-scheduling-map entry %s for pod %s/%s (index %d): %s", p, pod.Namespace, pod.Name, p.index, why)
+// Message says why the pod waits on its entry, naming the entry and the pod.
+func (p *Pin) Message(pod *v1.Pod, why string) string {
+	return fmt.Sprintf("gpu-scheduling-map entry %s for pod %s/%s (index %d): %s", p, pod.Namespace, pod.Name, p.Index, why)
 }

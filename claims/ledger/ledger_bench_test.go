@@ -1,4 +1,4 @@
-package gpuclaim
+package ledger
 
 import (
 	"fmt"
@@ -8,19 +8,21 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
 // benchLedger is a 5,000-node ledger (the scale-5k cluster) with every third node half full.
-func benchLedger(b *testing.B) (*ledger, []string) {
+func benchLedger(b *testing.B) (*Ledger, []string) {
 	b.Helper()
-	l := newLedger()
+	l := New()
 	names := make([]string, 5000)
 	now := time.Now()
 	for i := range names {
 		names[i] = fmt.Sprintf("node-%05d", i)
-		l.setStatus(seedStatus(names[i], now))
+		l.SetStatus(ledgertest.SeedStatus(names[i], now))
 		if i%3 == 0 {
-			l.add(types.UID(fmt.Sprintf("pod-%d", i)), names[i], []int{0, 1, 2, 3}, false, fromLease)
+			l.Add(types.UID(fmt.Sprintf("pod-%d", i)), names[i], []int{0, 1, 2, 3}, false, FromLease)
 		}
 	}
 	return l, names
@@ -33,11 +35,11 @@ func BenchmarkLedgerCandidates5k(b *testing.B) {
 	oldest := time.Now().Add(-time.Hour)
 	b.ReportAllocs()
 	for b.Loop() {
-		byFit, _ := l.candidates(&req, oldest, func(string) bool { return true })
-		if len(byFit[fitIslandBandwidth]) == 0 {
+		byFit, _ := l.Candidates(&req, oldest, func(string) bool { return true })
+		if len(byFit[FitIslandBandwidth]) == 0 {
 			b.Fatal("no candidates")
 		}
-		releaseCandidates(byFit)
+		ReleaseCandidates(byFit)
 	}
 }
 
@@ -46,11 +48,11 @@ func BenchmarkLedgerFilterNode(b *testing.B) {
 	l, names := benchLedger(b)
 	req := allocator.Request{Count: 2, MinBandwidthGBps: 600}
 	b.ReportAllocs()
-	key := requestKey(&req)
+	key := RequestKey(&req)
 	i := 0
 	for b.Loop() {
 		// Pod after pod over the same nodes, as in a burst: the placement cache answers.
-		if _, _, err, _ := l.place(names[i%len(names)], "pending-pod", key, req); err != nil {
+		if _, _, err, _ := l.Place(names[i%len(names)], "pending-pod", key, req); err != nil {
 			b.Fatal(err)
 		}
 		i++

@@ -1,0 +1,62 @@
+package ledger
+
+import (
+	"errors"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
+)
+
+// Filter reasons are short and shared across nodes, so the scheduler's summary of a pending
+// pod reads "3 node(s) had not enough healthy free GPUs" instead of one line per node.
+const (
+	ReasonSelector  = "node does not match the GpuClaim's selector"
+	ReasonNoStatus  = "node has no GpuNodeStatus"
+	ReasonStale     = "node's agent is silent: its GpuNodeStatus and liveness lease are stale"
+	ReasonNoFit     = "not enough healthy free GPUs for the GpuClaim"
+	ReasonNotPinned = "node is not the one the pod's gpu-scheduling-map entry names"
+	ReasonNodeName  = "node name is longer than 63 characters: its GPU leases cannot be labelled with it"
+	ReasonCapped    = "GPU candidates were capped (maxCandidateNodes); the pod is retried with every node before anything is preempted"
+)
+
+// DefaultFreshness is the scheduler's default statusFreshnessSeconds: how old a node's newest
+// sign of life (its GpuNodeStatus heartbeat or liveness Lease renewal) may be before the node
+// counts as silent. Clients that cannot read the scheduler's configuration (kubectl gpu) judge
+// with it.
+const DefaultFreshness = 10 * time.Minute
+
+// Verdict is why a node cannot serve a claim.
+type Verdict struct {
+	// Reason is one of the Reason constants, or the error's text for Err.
+	Reason string
+	// Resolvable is true when freeing GPUs on the node (preemption) could change the answer;
+	// false for a node that no eviction would help (no status, a silent agent).
+	Resolvable bool
+	// Unfit is the allocator's explanation when it turned the node down.
+	Unfit *allocator.Unfit
+	// Err is an unexpected error from the allocator; Reason is its text.
+	Err error
+}
+
+// Judge is Filter's verdict on one node that matches the claim's selector: the placement, or
+// why the node is refused. kubectl gpu explain runs it too (DryRun), so both give the same
+// reasons.
+func Judge(l *Ledger, node string, self types.UID, reqKey string, req allocator.Request, oldest time.Time) (allocator.Result, *Verdict) {
+	res, heartbeat, err, ok := l.Place(node, self, reqKey, req)
+	if !ok {
+		return res, &Verdict{Reason: ReasonNoStatus}
+	}
+	if heartbeat.Before(oldest) {
+		return res, &Verdict{Reason: ReasonStale}
+	}
+	var unfit *allocator.Unfit
+	if errors.As(err, &unfit) {
+		return res, &Verdict{Reason: ReasonNoFit, Resolvable: true, Unfit: unfit}
+	}
+	if err != nil {
+		return res, &Verdict{Reason: err.Error(), Err: err}
+	}
+	return res, nil
+}
