@@ -27,19 +27,20 @@ import (
 const defaultFeatureGates = "NominatedNodeNameForExpectation=false"
 
 func main() {
-	metrics.Register()
-	code := cli.Run(newCommand())
+	proc := gpuclaim.NewProcess()
+	metrics.Register(proc)
+	code := cli.Run(newCommand(proc))
 	// kube-scheduler returns once its context ends (SIGTERM); the plugin's peer leases must go
 	// before the process does, or its peers would wait for them to expire.
-	gpuclaim.LeavePeers()
+	proc.LeavePeers()
 	os.Exit(code)
 }
 
 // newCommand is kube-scheduler's command with --scheduler-name added. The name is applied by
 // rewriting the --config file into a temporary copy before kube-scheduler reads it: the profile
 // name lives only in that file, and the scheduler's own flags have no say over it.
-func newCommand() *cobra.Command {
-	cmd := app.NewSchedulerCommand(app.WithPlugin(gpuclaim.Name, gpuclaim.New))
+func newCommand(proc *gpuclaim.Process) *cobra.Command {
+	cmd := app.NewSchedulerCommand(app.WithPlugin(gpuclaim.Name, proc.New))
 	// With NominatedNodeNameForExpectation (beta, on since 1.35) the scheduler writes a pod's
 	// nominatedNodeName before the binding cycle whenever a PreBind plugin has work: for us that
 	// is every GPU pod, one more pod status write each (and a pass through the admission chain),
@@ -69,7 +70,7 @@ func newCommand() *cobra.Command {
 		}
 		// Without leader election every process schedules from its start: it joins its peers
 		// at once, before its queue fills, so that the first burst is already divided.
-		gpuclaim.JoinPeersAtStart(!elect)
+		proc.JoinPeersAtStart(!elect)
 		return run(c, args)
 	}
 	return cmd

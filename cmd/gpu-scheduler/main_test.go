@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/config"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim"
 )
 
 // --scheduler-name parses among kube-scheduler's own flags, and renameConfig points --config at
@@ -22,7 +23,7 @@ func TestSchedulerNameRenamesConfig(t *testing.T) {
 	if err := os.WriteFile(file, config.DefaultYAML, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := newCommand()
+	cmd := newCommand(gpuclaim.NewProcess())
 	if err := cmd.ParseFlags([]string{"--config", file, "--scheduler-name", "canary"}); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestSchedulerNameRenamesConfig(t *testing.T) {
 		t.Fatalf("profile %q, want canary", got)
 	}
 
-	if err := renameConfig(newCommand(), "canary"); err == nil || !strings.Contains(err.Error(), "--config") {
+	if err := renameConfig(newCommand(gpuclaim.NewProcess()), "canary"); err == nil || !strings.Contains(err.Error(), "--config") {
 		t.Fatalf("without --config: %v, want an error naming --config", err)
 	}
 }
@@ -63,7 +64,7 @@ func TestNominatedNodeNameForExpectationDefaultsOff(t *testing.T) {
 		{nil, false},
 		{[]string{"--feature-gates=NominatedNodeNameForExpectation=true"}, true},
 	} {
-		cmd := newCommand()
+		cmd := newCommand(gpuclaim.NewProcess())
 		if err := cmd.ParseFlags(tc.args); err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +102,7 @@ func TestLeaderElectFromFlagsAndConfig(t *testing.T) {
 		{[]string{"--config", onFile, "--leader-elect=false"}, false},
 		{[]string{"--config", offFile, "--leader-elect=true"}, true},
 	} {
-		cmd := newCommand()
+		cmd := newCommand(gpuclaim.NewProcess())
 		if err := cmd.ParseFlags(tc.args); err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +111,7 @@ func TestLeaderElectFromFlagsAndConfig(t *testing.T) {
 			t.Errorf("%v: leader election %v, %v; want %v", tc.args, got, err, tc.want)
 		}
 	}
-	cmd := newCommand()
+	cmd := newCommand(gpuclaim.NewProcess())
 	if err := cmd.ParseFlags([]string{"--config", filepath.Join(t.TempDir(), "missing.yaml")}); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,6 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
-	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
 )
 
@@ -105,7 +104,9 @@ type Plugin struct {
 	leaseIndexer cache.Indexer
 
 	ledger *ledger.Ledger
-	pods   *podTracker
+	// proc is what this plugin shares with the others of its process (process.go).
+	proc *Process
+	pods *podTracker
 	// relaxed remembers pods whose last attempt found no node in the best fit tier, so that
 	// the next attempt considers the next tier (see postfilter.go).
 	relaxed *relaxations
@@ -138,15 +139,8 @@ type Plugin struct {
 // Name returns the plugin's name.
 func (p *Plugin) Name() string { return Name }
 
-// New builds the plugin: it decodes and validates its args, starts informers for GpuClaims,
-// GpuNodeStatuses and the GPU leases, and rebuilds its ledger from the leases before returning,
-// so that a restarted scheduler never hands out a GPU another pod holds.
-func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	return newPlugin(ctx, obj, h, nil, clock.RealClock{})
-}
-
-// newPlugin is New with an injectable GPU clientset and clock for tests.
-func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient versioned.Interface, clk clock.Clock) (*Plugin, error) {
+// newPlugin is Process.New with an injectable GPU clientset and clock for tests.
+func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient versioned.Interface, clk clock.Clock, proc *Process) (*Plugin, error) {
 	logger := klog.FromContext(ctx).WithName(Name)
 	// Events about GpuClaims go through the scheduler's recorder, whose scheme must know them.
 	registerScheme.Do(func() { utilruntime.Must(apiv1.AddToScheme(clientgoscheme.Scheme)) })
@@ -189,10 +183,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	}
 	p.ledger.SetClock(clk.Now)
 	p.status = newStatusWriter(p)
-	// The GPUs gauge reads this plugin's ledger at scrape time. With several profiles the last
-	// plugin made wins; they all see the same cluster.
-	metrics.SetFleetSource(p.ledger.GPUCounts)
-	metrics.SetPendingSource(func() (int, float64) { return p.waiting.pendingStats(p.clock.Now()) })
+	p.proc = proc
 	p.fieldManager = fieldManagerFor(h)
 
 	// The informers drop managedFields, as kube-scheduler's own pod informer does: nothing here
@@ -310,9 +301,8 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 	if err := p.startPeers(ctx); err != nil {
 		return nil, err
 	}
-	if p.peers != nil {
-		metrics.SetPeersSource(func() (int, int) { return p.peers.Current().Size(), p.deferred.leftToPeers() })
-	}
+	// The fleet gauges read this plugin's state at scrape time from now on.
+	proc.adopt(p)
 
 	go p.status.run(ctx)
 	go p.runLifecycle(ctx)

@@ -76,6 +76,12 @@ func newTestEnvArgs(t *testing.T, args *Args, nodes []*v1.Node, objs ...runtime.
 // the same clientsets make two scheduler processes sharing one API server.
 func newTestEnvOn(t *testing.T, args *Args, nodes []*v1.Node, kube *fake.Clientset, gpu *gpufake.Clientset, clk *clocktesting.FakeClock) *testEnv {
 	t.Helper()
+	return newTestEnvIn(t, NewProcess(), args, nodes, kube, gpu, clk)
+}
+
+// newTestEnvIn is newTestEnvOn with the plugin made in proc.
+func newTestEnvIn(t *testing.T, proc *Process, args *Args, nodes []*v1.Node, kube *fake.Clientset, gpu *gpufake.Clientset, clk *clocktesting.FakeClock) *testEnv {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	act := &recordingActivator{}
@@ -88,7 +94,7 @@ func newTestEnvOn(t *testing.T, args *Args, nodes []*v1.Node, kube *fake.Clients
 			obj = args
 		}
 		var err error
-		p, err = newPlugin(ctx, obj, h, gpu, clk)
+		p, err = newPlugin(ctx, obj, h, gpu, clk, proc)
 		if p != nil {
 			p.status.pendingGrace = 0  // tests read the reason at once; TestPendingWaitsForItsGrace sets one
 			p.status.releaseSpread = 0 // likewise; TestReleaseLeftToAnotherScheduler sets one

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -71,39 +69,10 @@ func (p *Plugin) shardKey(pod *v1.Pod) string {
 	return string(pod.UID)
 }
 
-// joinAtStart is set by the command when this process runs without leader election: then it
-// schedules from its start and joins its peers at once rather than at its first scheduling
-// cycle, by when its queue would already hold a burst that its peers do not know to leave it.
-var joinAtStart atomic.Bool
-
-// JoinPeersAtStart tells the plugins made from now on whether to join their peers as soon as
-// they are made (leader election off) or at their first scheduling cycle (on: a standby never
-// joins, so no pod is left to a process that does not schedule).
-func JoinPeersAtStart(on bool) { joinAtStart.Store(on) }
-
-// memberships are the peer memberships of this process's plugins (one per profile), for
-// LeavePeers.
-var memberships struct {
-	sync.Mutex
-	all []*peers.Membership
-}
-
-// LeavePeers deletes the peer leases of this process's plugins, synchronously: the command
-// calls it when the scheduler has stopped and before it exits, so that the peers take over
-// this process's pods at once rather than when its leases run out.
-func LeavePeers() {
-	memberships.Lock()
-	all := slices.Clone(memberships.all)
-	memberships.Unlock()
-	for _, m := range all {
-		m.Leave()
-	}
-}
-
 // startPeers makes this process a peer of the others serving its profile, when it knows its
 // profile: it watches their leases before New returns (so the first pods are divided by the
 // peers already running) and joins, renewing its own lease, at once without leader election
-// (JoinPeersAtStart) and otherwise at its first scheduling cycle (joinPeers).
+// (Process.JoinPeersAtStart) and otherwise at its first scheduling cycle (joinPeers).
 func (p *Plugin) startPeers(ctx context.Context) error {
 	if p.handle == nil || p.handle.ProfileName() == "" {
 		return nil
@@ -131,10 +100,8 @@ func (p *Plugin) startPeers(ctx context.Context) error {
 	}
 	p.peers = m
 	p.joinPeers = func() { m.Join(ctx) }
-	memberships.Lock()
-	memberships.all = append(memberships.all, m)
-	memberships.Unlock()
-	if joinAtStart.Load() {
+	p.proc.addMembership(m)
+	if p.proc.joinsAtStart() {
 		m.Join(ctx)
 	}
 	go wait.UntilWithContext(ctx, func(ctx context.Context) {

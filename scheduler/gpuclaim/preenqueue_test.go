@@ -9,10 +9,13 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
@@ -175,8 +178,15 @@ func TestJoinPeers(t *testing.T) {
 	}
 	eventuallyTrue(t, func() bool { return joined(e) })
 
-	JoinPeersAtStart(true)
-	defer JoinPeersAtStart(false)
-	e = newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
+	proc := NewProcess()
+	proc.JoinPeersAtStart(true)
+	clk := clocktesting.NewFakeClock(time.Now())
+	e = newTestEnvIn(t, proc, nil, []*v1.Node{ledgertest.Node("a", nil)}, fake.NewClientset(), gpufake.NewSimpleClientset(ledgertest.SeedStatus("a", clk.Now())), clk)
 	eventuallyTrue(t, func() bool { return joined(e) })
+
+	// At exit the command leaves the peers of every plugin the process made.
+	proc.LeavePeers()
+	if joined(e) {
+		t.Fatal("the peer lease is still there after LeavePeers")
+	}
 }

@@ -156,36 +156,16 @@ const (
 	StateUnhealthy = ledger.StateUnhealthy
 )
 
-var (
-	fleetMu       sync.Mutex
-	fleetSource   func() []GPUCount
-	pendingSource func() (count int, oldestSeconds float64)
-	peersSource   func() (peers, leftToPeers int)
-)
-
-// SetFleetSource names what the gpu_scheduler_gpus gauge reads at each scrape (the plugin's
-// ledger). The last plugin set wins; nil turns the gauge off.
-func SetFleetSource(f func() []GPUCount) {
-	fleetMu.Lock()
-	defer fleetMu.Unlock()
-	fleetSource = f
-}
-
-// SetPendingSource names what the pending-claims gauges read at each scrape: how many GPU
-// pods the plugin turned away are still waiting, and how long the oldest has existed.
-func SetPendingSource(f func() (int, float64)) {
-	fleetMu.Lock()
-	defer fleetMu.Unlock()
-	pendingSource = f
-}
-
-// SetPeersSource names what the peer gauges read at each scrape: how many gpu-scheduler
-// processes serve this profile (this one included), and how many GPU pods this one leaves to
-// the others (scheduler/peers).
-func SetPeersSource(f func() (int, int)) {
-	fleetMu.Lock()
-	defer fleetMu.Unlock()
-	peersSource = f
+// Sources is what the fleet gauges read at each scrape: the scheduler process's plugin state.
+type Sources interface {
+	// GPUCounts is gpu_scheduler_gpus: the GPUs by model and state.
+	GPUCounts() []GPUCount
+	// Pending is how many GPU pods the plugin turned away still wait and how long the oldest
+	// has existed; ok is false before the plugin exists.
+	Pending() (count int, oldestSeconds float64, ok bool)
+	// Peers is how many gpu-scheduler processes serve the profile (this one included) and how
+	// many GPU pods this one leaves to the others (scheduler/peers); ok is false without peers.
+	Peers() (size, leftToPeers int, ok bool)
 }
 
 var gpusDesc = metrics.NewDesc("gpu_scheduler_gpus",
@@ -207,9 +187,12 @@ var (
 		nil, nil, metrics.ALPHA, "")
 )
 
-// fleetCollector computes gpu_scheduler_gpus and the pending-claims gauges at scrape time
-// from the plugin's state, so they are never stale and cost nothing between scrapes.
-type fleetCollector struct{ metrics.BaseStableCollector }
+// fleetCollector computes gpu_scheduler_gpus, the pending-claims and the peer gauges at scrape
+// time from the plugin's state, so they are never stale and cost nothing between scrapes.
+type fleetCollector struct {
+	metrics.BaseStableCollector
+	src Sources
+}
 
 func (*fleetCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- gpusDesc
@@ -219,24 +202,19 @@ func (*fleetCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- leftToPeersDesc
 }
 
-func (*fleetCollector) CollectWithStability(ch chan<- metrics.Metric) {
-	fleetMu.Lock()
-	f, pending, peers := fleetSource, pendingSource, peersSource
-	fleetMu.Unlock()
-	if peers != nil {
-		n, left := peers()
+func (c *fleetCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	if c.src == nil {
+		return
+	}
+	if n, left, ok := c.src.Peers(); ok {
 		ch <- metrics.NewLazyConstMetric(peersDesc, metrics.GaugeValue, float64(n))
 		ch <- metrics.NewLazyConstMetric(leftToPeersDesc, metrics.GaugeValue, float64(left))
 	}
-	if pending != nil {
-		n, age := pending()
+	if n, age, ok := c.src.Pending(); ok {
 		ch <- metrics.NewLazyConstMetric(pendingDesc, metrics.GaugeValue, float64(n))
 		ch <- metrics.NewLazyConstMetric(pendingAgeDesc, metrics.GaugeValue, age)
 	}
-	if f == nil {
-		return
-	}
-	counts := f()
+	counts := c.src.GPUCounts()
 	sort.Slice(counts, func(i, j int) bool {
 		if counts[i].Model != counts[j].Model {
 			return counts[i].Model < counts[j].Model
@@ -250,12 +228,14 @@ func (*fleetCollector) CollectWithStability(ch chan<- metrics.Metric) {
 
 var once sync.Once
 
-// Register registers the metrics with the legacy registry the scheduler serves on /metrics.
-func Register() {
+// Register registers the metrics with the legacy registry the scheduler serves on /metrics;
+// the fleet gauges read src at each scrape (nil: they are left out). Only the first call
+// registers.
+func Register(src Sources) {
 	once.Do(func() {
 		legacyregistry.MustRegister(Allocations, LeaseConflicts, AllocationLatency, AdmitWait, MultiGPUAllocations, IslandLocalAllocations, LeasesReleased,
 			Placements, AllocationDuration, GangWait, StaleLeases)
-		legacyregistry.CustomMustRegister(&fleetCollector{})
+		legacyregistry.CustomMustRegister(&fleetCollector{src: src})
 		for _, r := range reasons {
 			Placements.WithLabelValues(r[0], r[1])
 		}

@@ -7,12 +7,22 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 )
 
+// sources is a scheduler process's state as the fleet gauges read it.
+type sources struct {
+	gpus              []GPUCount
+	pending           int
+	oldest            float64
+	peers, leftToPeer int
+	hasPeers          bool
+}
+
+func (s *sources) GPUCounts() []GPUCount                   { return s.gpus }
+func (s *sources) Pending() (int, float64, bool)           { return s.pending, s.oldest, true }
+func (s *sources) Peers() (size, leftToPeers int, ok bool) { return s.peers, s.leftToPeer, s.hasPeers }
+
 func TestGPUsGauge(t *testing.T) {
-	SetFleetSource(func() []GPUCount {
-		return []GPUCount{{Model: "H100", State: StateFree, Count: 5}, {Model: "A100", State: StateAllocated, Count: 2}}
-	})
-	defer SetFleetSource(nil)
-	if err := testutil.CustomCollectAndCompare(&fleetCollector{}, strings.NewReader(`
+	src := &sources{gpus: []GPUCount{{Model: "H100", State: StateFree, Count: 5}, {Model: "A100", State: StateAllocated, Count: 2}}}
+	if err := testutil.CustomCollectAndCompare(&fleetCollector{src: src}, strings.NewReader(`
 # HELP gpu_scheduler_gpus [ALPHA] GPUs the scheduler sees, by model (the agent's product name) and state: free (healthy, unheld), allocated (held by a pod), unhealthy (not Healthy).
 # TYPE gpu_scheduler_gpus gauge
 gpu_scheduler_gpus{model="A100",state="allocated"} 2
@@ -20,14 +30,13 @@ gpu_scheduler_gpus{model="H100",state="free"} 5
 `), "gpu_scheduler_gpus"); err != nil {
 		t.Error(err)
 	}
-	SetFleetSource(nil)
 	if err := testutil.CustomCollectAndCompare(&fleetCollector{}, strings.NewReader(""), "gpu_scheduler_gpus"); err != nil {
 		t.Errorf("without a source: %v", err)
 	}
 }
 
 func TestPlacementsStartAtZero(t *testing.T) {
-	Register()
+	Register(nil)
 	for _, r := range reasons {
 		if v, err := testutil.GetCounterMetricValue(Placements.WithLabelValues(r[0], r[1])); err != nil || v != 0 {
 			t.Errorf("placements_total{%s,%s} = %v, %v; want 0 before any attempt", r[0], r[1], v, err)
@@ -40,9 +49,7 @@ func TestPlacementsStartAtZero(t *testing.T) {
 }
 
 func TestPendingGauges(t *testing.T) {
-	SetPendingSource(func() (int, float64) { return 3, 420 })
-	defer SetPendingSource(nil)
-	if err := testutil.CustomCollectAndCompare(&fleetCollector{}, strings.NewReader(`
+	if err := testutil.CustomCollectAndCompare(&fleetCollector{src: &sources{pending: 3, oldest: 420}}, strings.NewReader(`
 # HELP gpu_scheduler_pending_claims [ALPHA] GPU pods (one claim each) the scheduler turned away that still wait for GPUs.
 # TYPE gpu_scheduler_pending_claims gauge
 gpu_scheduler_pending_claims 3
@@ -55,9 +62,7 @@ gpu_scheduler_pending_claims_max_age_seconds 420
 }
 
 func TestPeersGauges(t *testing.T) {
-	SetPeersSource(func() (int, int) { return 2, 17 })
-	defer SetPeersSource(nil)
-	if err := testutil.CustomCollectAndCompare(&fleetCollector{}, strings.NewReader(`
+	if err := testutil.CustomCollectAndCompare(&fleetCollector{src: &sources{peers: 2, leftToPeer: 17, hasPeers: true}}, strings.NewReader(`
 # HELP gpu_scheduler_peers [ALPHA] gpu-scheduler processes that serve this profile and divide its GPU pods among them, this one included (1: it schedules them all).
 # TYPE gpu_scheduler_peers gauge
 gpu_scheduler_peers 2
