@@ -22,7 +22,8 @@ import (
 // Registering them would make the scheduler run a second, dynamic informer for each, decoding
 // every agent report and claim update into unstructured objects and caching a second copy —
 // at 5,000 nodes that is tens of thousands of decodes per minute and a few hundred MiB, for
-// events the plugin already acts on.
+// events the plugin already acts on. docs/scheduler.md (Requeueing) lists every event the
+// plugin reacts to and which of the two paths brings its pods back. Hints only read.
 func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		// A pod that held GPUs went away (deleted, or finished: the scheduler's informer drops
@@ -44,14 +45,12 @@ func (p *Plugin) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, o
 			// release then activates the pods waiting for them (activate.go).
 			return fwk.QueueSkip, nil
 		}
-		// The framework may retry the pod before the plugin's own pod handler has freed the
-		// deleted pod's GPUs in the ledger: both follow the scheduler's pod informer, each on
-		// its own goroutine. The retry would then find them held and the pod go back to wait
-		// for another event, while a pod created a moment later takes them (the simulator's
-		// avoidable-wait rows count such waits). Free them here first.
-		p.freeInLedger(deleted.UID)
 		// At churn a pod finishes every few milliseconds: requeue only the pods whose claim
-		// fits the node once this pod's GPUs are free, not the whole backlog each time.
+		// fits the node once this pod's GPUs are free, not the whole backlog each time. The
+		// hint only reads: the plugin's pod handler frees the GPUs in the ledger (podGone), on
+		// its own goroutine of the same informer. Should the retry run before it and find them
+		// still held, podGone's gpusChanged has the activator send the pod back within
+		// activateEvery (a pod being scheduled is activated once its attempt ends).
 		if a, err := apiv1.ParseAllocation(raw); err == nil && !p.fitsWithout(pod, a.Node, deleted.UID) {
 			return fwk.QueueSkip, nil
 		}
@@ -91,18 +90,6 @@ func (p *Plugin) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, o
 	}
 	logger.V(5).Info("A node now matches the claim's selector", "pod", klog.KObj(pod), "node", klog.KObj(node))
 	return fwk.Queue, nil
-}
-
-// freeInLedger drops from the ledger the holds of a pod that went away and notes it gone, as
-// the pod handler's podGone does (which still releases its leases and claim): PreBind then
-// takes over its leases at once. Idempotent, and only a read lock when the pod holds nothing
-// any more, since the hint runs once per waiting pod.
-func (p *Plugin) freeInLedger(uid types.UID) {
-	if node, _ := p.ledger.HoldsOf(uid); node != "" {
-		p.pods.gone(uid)
-		p.ledger.Forget(uid)
-		p.gpusChanged(node)
-	}
 }
 
 // fitsWithout tells whether the pod's claim fits node in the ledger with the GPUs of pod gone

@@ -169,10 +169,11 @@ func TestBecameFresh(t *testing.T) {
 	}
 }
 
-// TestPodDeletedHintFreesTheLedgerFirst: the framework retries a waiting pod as soon as the
-// delete hint says Queue, possibly before the plugin's own pod handler has seen the delete. The
-// retry must find the deleted pod's GPUs free, or it goes back to wait while they are.
-func TestPodDeletedHintFreesTheLedgerFirst(t *testing.T) {
+// TestPodDeletedHintOnlyReads: the delete hint requeues a waiting pod that fits once the deleted
+// pod's GPUs are free, without changing the ledger itself. A retry that runs before the plugin's
+// own pod handler has freed them fails; the handler's release then has the activator send the
+// pod back, and it binds.
+func TestPodDeletedHintOnlyReads(t *testing.T) {
 	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
 		ledgertest.Claim("seven", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 7}}),
 		ledgertest.Claim("four", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}}))
@@ -197,8 +198,17 @@ func TestPodDeletedHintFreesTheLedgerFirst(t *testing.T) {
 	if hint, err := e.p.isSchedulableAfterPodDeleted(logger, waiting, bound, nil); err != nil || hint != fwk.Queue {
 		t.Fatalf("hint %v, %v; want Queue", hint, err)
 	}
-	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), waiting, nil); !st.IsSuccess() {
-		t.Fatalf("the retry right after the hint: %v; want the freed GPUs offered", st)
+	if got, _ := e.p.ledger.HoldsOf(holder.UID); got != "a" {
+		t.Fatal("the hint changed the ledger: the holder's GPUs are no longer held")
+	}
+	if _, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), waiting, nil); st.IsSuccess() {
+		t.Fatal("a retry before the pod handler ran found the holder's GPUs free")
+	}
+	// The plugin's pod handler sees the delete: the activator sends the waiting pod back.
+	e.p.podGone(bound)
+	e.p.activateChanged(t.Context())
+	if !e.activated.has("ns/waiting") {
+		t.Fatal("the waiting pod was not activated after the holder's GPUs were freed")
 	}
 	// And it binds, taking over the holder's leases, which nobody has released yet.
 	if got, st, _ := e.schedule(t, waiting); st != nil || got != "a" {
