@@ -1,7 +1,7 @@
 // Package agent is the node agent: it reads a node's GPUs through gpu.Library, keeps their
 // health from NVML events and probes, and publishes the node's GpuNodeStatus and GPU labels.
-// The same loop runs once per node as a DaemonSet (over the real NVML) and many times in one
-// process in fleet mode (over mock topologies, package agent/fleet). Its liveness signal is a
+// The same loop runs once per node as a DaemonSet (over the real NVML) and, in the simulator,
+// many times in one process (over mock topologies, package sim/fleet). Its liveness signal is a
 // small Lease it renews (package liveness); the status is written on change and refreshed
 // seldom.
 package agent

@@ -20,11 +20,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
-	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
 	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/dra"
 )
 
 // TestRealAgent runs the whole node agent, as gpu-agent does, over the real GPUs of this machine

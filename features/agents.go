@@ -10,9 +10,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
-	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/fleet"
 )
 
 // Agent timings for the suite: short, so that health changes show within a second or two.
@@ -29,7 +29,7 @@ var agentTimings = agent.Config{
 	UsageWriteInterval:       time.Second,
 }
 
-// agentFleet runs the production node agent in fleet mode (package agent/fleet) for the
+// agentFleet runs the production node agent in fleet mode (package sim/fleet) for the
 // scenarios' kwok nodes: every node labelled gpu.scheduling/topology gets an agent over a
 // mock NVML server of that topology, the definitions the simulator uses. Faults are injected
 // into those servers.

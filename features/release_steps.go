@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
 )
 

@@ -1,6 +1,8 @@
 // Command gpu-agent publishes a node's GPUs (islands, bandwidth, health, holders) as its
-// GpuNodeStatus. As a DaemonSet it reads the real GPUs through NVML; with --fleet it runs the
-// same loop for every simulated node carrying the gpu.scheduling/topology label, over mock NVML.
+// GpuNodeStatus. As a DaemonSet it reads the real GPUs through NVML; in demo mode
+// (--mock-topology) it reports a simulated GPU server instead, for trying the release on a node
+// without GPUs. The simulator's agent fleet (thousands of kwok nodes in one process) is not part
+// of this binary: it runs as gpu-sim agent-fleet (package sim/fleet).
 //
 // Build with cgo (go-nvml loads libnvidia-ml at run time), and never link anything that
 // imports Go's plugin package into this binary: the linker then binds every symbol at start and
@@ -35,7 +37,6 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/deviceplugin"
-	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
@@ -54,12 +55,8 @@ type options struct {
 	minWrite, usageWrite                         time.Duration
 	telemetryInterval, takeoverAfter             time.Duration
 	telemetryWritesPerMinute                     float64
-	fleet                                        bool
 	qps                                          float64
 	burst                                        int
-	fleetWriteQPS                                float64
-	fleetWriteBurst                              int
-	fleetNodeSelector                            string
 	mockTopology                                 string
 	mockFaultAddress                             string
 	devicePlugin                                 devicePluginOptions
@@ -69,10 +66,10 @@ func main() {
 	var o options
 	fs := flag.CommandLine
 	klog.InitFlags(fs)
-	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "Node whose GPUs this agent reports (default $NODE_NAME). Ignored with --fleet.")
+	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "Node whose GPUs this agent reports (default $NODE_NAME).")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; empty means in-cluster configuration.")
 	fs.StringVar(&o.leaseNamespace, "lease-namespace", "gpu-scheduler", "Namespace of the scheduler's GPU leases; the agent renews its node's liveness Lease (gpu-<node>-agent) there too.")
-	fs.StringVar(&o.listen, "listen-address", ":8080", "Address of the plain-HTTP /healthz and /readyz (the kubelet's probes) and, with --fleet, /fault and /nodes.")
+	fs.StringVar(&o.listen, "listen-address", ":8080", "Address of the plain-HTTP /healthz and /readyz (the kubelet's probes).")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the HTTPS /metrics endpoint (with /healthz and /readyz); callers' bearer tokens are checked with the apiserver (TokenReview, SubjectAccessReview). 0 turns it off.")
 	fs.StringVar(&o.metricsCert, "metrics-cert-file", "", "PEM serving certificate of --metrics-bind-address; empty: a self-signed one made at start-up.")
 	fs.StringVar(&o.metricsKey, "metrics-key-file", "", "PEM key of --metrics-cert-file.")
@@ -87,17 +84,13 @@ func main() {
 	fs.DurationVar(&o.usageWrite, "usage-write-interval", 0, "Shortest time between two status writes of one node when only inUseBy changed (health changes go out after --min-write-interval, with usage). 0 (the default): 10m, so usage is at most that old and rides along with health writes and the status refresh (each such write costs the apiserver a few ms of CPU; at 5,000 busy nodes 10m is ~8 writes a second); negative: written at once. Nothing schedules from inUseBy: the GPU leases are the lock, and kubectl gpu reads them.")
 	fs.DurationVar(&o.telemetryInterval, "telemetry-interval", 10*time.Second, "How often every GPU's utilisation, memory, temperature, power and ECC counters are read (for the status and the DCGM_FI_* series); negative: never.")
 	fs.Float64Var(&o.telemetryWritesPerMinute, "telemetry-writes-per-minute", agent.DefaultTelemetryWritesPerMinute, "Budget of GpuNodeStatus writes per node per minute that telemetry alone may cause when it moved significantly; health changes are not held back by it. Negative (the default) or zero: none; telemetry then rides along with health, usage and refresh writes, at most --status-refresh-interval old (every GPU's load moves, so any budget is spent by every node).")
-	fs.BoolVar(&o.fleet, "fleet", false, "Simulate every node labelled gpu.scheduling/topology with its mock GPU topology.")
-	fs.Float64Var(&o.qps, "kube-api-qps", 20, "Client QPS to the API server (raise it with --fleet).")
+	fs.Float64Var(&o.qps, "kube-api-qps", 20, "Client QPS to the API server.")
 	fs.IntVar(&o.burst, "kube-api-burst", 40, "Client burst to the API server.")
-	fs.Float64Var(&o.fleetWriteQPS, "fleet-write-qps", 100, "With --fleet: status writes per second for the whole fleet.")
-	fs.IntVar(&o.fleetWriteBurst, "fleet-write-burst", 200, "With --fleet: status write burst for the whole fleet.")
-	fs.StringVar(&o.fleetNodeSelector, "fleet-node-selector", "", "With --fleet: simulate only the labelled nodes that also match this label selector.")
-	fs.StringVar(&o.mockTopology, "mock-topology", "", "Without --fleet: report a simulated GPU server of this preset (scenarios/hardware, e.g. dgx-h100) instead of the real NVML, "+
-		"for a test node without GPUs (make e2e-node, whose node has fake /dev/nvidia<minor> devices). Empty: the real NVML.")
-	fs.StringVar(&o.mockFaultAddress, "mock-fault-address", "", "With --mock-topology: serve POST /fault?gpu=ID&fault=KIND (KIND: xid<code>, dbe, lost, remap-failure, recover) on this address, "+
-		"so that a test node's GPU can be made unhealthy and healthy again. Unauthenticated: for test nodes only. Empty: off.")
-	fs.BoolVar(&o.devicePlugin.enabled, "device-plugin", true, "Serve the kubelet device-plugin API on nodes labelled gpu.scheduling/managed=true. Ignored with --fleet.")
+	fs.StringVar(&o.mockTopology, "mock-topology", "", "Demo mode, for a node without GPUs: report a simulated GPU server of this preset (scenarios/hardware, e.g. dgx-h100) instead of reading NVML. "+
+		"The device plugin then hands out the node's /dev/nvidia<minor> device nodes as if they were those GPUs (docs/node.md#demo-mode). Never on a node with real GPUs. Empty (the default): the real NVML.")
+	fs.StringVar(&o.mockFaultAddress, "mock-fault-address", "", "Demo mode, with --mock-topology: serve POST /fault?gpu=ID&fault=KIND (KIND: xid<code>, dbe, lost, remap-failure, recover) on this address, "+
+		"so that a simulated GPU can be made unhealthy and healthy again. Unauthenticated: for demo and test nodes only. Empty (the default): off.")
+	fs.BoolVar(&o.devicePlugin.enabled, "device-plugin", true, "Serve the kubelet device-plugin API on nodes labelled gpu.scheduling/managed=true.")
 	fs.StringVar(&o.devicePlugin.resourceName, "resource-name", deviceplugin.DefaultResourceName, "Extended resource the device plugin serves; the webhook and the chart must use the same.")
 	fs.BoolVar(&o.devicePlugin.allowOthers, "allow-other-gpu-plugins", false, "Serve the device plugin even while another GPU device plugin (NVIDIA's: nvidia.com/gpu in the node's capacity, or its socket in --device-plugin-dir) serves the node. Only where the node's GPUs are split between the plugins: two plugins serving one GPU hand it out twice. Without it the agent does not serve the device plugin there, is not ready, and says why (log, Event on the Node).")
 	fs.StringVar(&o.devicePlugin.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "The kubelet's device-plugin directory (holds kubelet.sock).")
@@ -128,8 +121,8 @@ func main() {
 
 func run(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
-	if !o.fleet && o.nodeName == "" {
-		return errors.New("--node-name (or $NODE_NAME) is required without --fleet")
+	if o.nodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
 	}
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
@@ -155,12 +148,9 @@ func run(ctx context.Context, o options) error {
 	if o.telemetryWritesPerMinute == 0 {
 		base.TelemetryWritesPerMinute = -1 // zero on the command line means none, not the default
 	}
-	if !o.fleet {
-		// Per-GPU DCGM_FI_* series for this node's GPUs. Not in fleet mode: thousands of
-		// simulated nodes would make every scrape hundreds of thousands of series.
-		telemetry.Register()
-		base.Telemetry = telemetry.Default
-	}
+	// Per-GPU DCGM_FI_* series for this node's GPUs.
+	telemetry.Register()
+	base.Telemetry = telemetry.Default
 
 	var ready atomic.Bool
 	// checks are the device plugin's readiness, set by runNode before ready turns true.
@@ -168,23 +158,6 @@ func run(ctx context.Context, o options) error {
 	probe := readiness{ready: &ready, check: &checks}
 	mux := http.NewServeMux()
 	addProbes(mux, probe)
-
-	var runLoop func(context.Context) error
-	if o.fleet {
-		f, err := fleet.New(fleet.Config{
-			KubeClient: kube, GPUClient: gpus, LeaseNamespace: o.leaseNamespace, Agent: base,
-			WriteQPS: float32(o.fleetWriteQPS), WriteBurst: o.fleetWriteBurst, NodeSelector: o.fleetNodeSelector,
-		})
-		if err != nil {
-			return err
-		}
-		fh := f.Handler()
-		mux.Handle("POST /fault", fh)
-		mux.Handle("GET /nodes", fh)
-		runLoop = f.Run
-	} else {
-		runLoop = func(ctx context.Context) error { return runNode(ctx, o, base, &checks) }
-	}
 
 	serve(ctx, &http.Server{Addr: o.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
 	if o.metricsAddr != "0" {
@@ -201,9 +174,9 @@ func run(ctx context.Context, o options) error {
 		secure.Handle("GET /metrics", guard(legacyregistry.Handler()))
 		serve(ctx, &http.Server{Addr: o.metricsAddr, Handler: secure, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second})
 	}
-	logger.Info("gpu-agent starting", "fleet", o.fleet, "node", o.nodeName, "listen", o.listen, "metrics", o.metricsAddr, "schedulerName", o.schedulerName)
+	logger.Info("gpu-agent starting", "node", o.nodeName, "listen", o.listen, "metrics", o.metricsAddr, "schedulerName", o.schedulerName)
 	ready.Store(true)
-	return runLoop(ctx)
+	return runNode(ctx, o, base, &checks)
 }
 
 // readiness is what /readyz reports: the agent's loop has started, and the device plugin
@@ -256,7 +229,7 @@ func serve(ctx context.Context, srv *http.Server) {
 	}()
 }
 
-// runNode runs the agent for this node over the real NVML.
+// runNode runs the agent for this node, over the real NVML or, in demo mode, a simulated server.
 func runNode(ctx context.Context, o options, cfg agent.Config, checks *atomic.Pointer[func() error]) error {
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {

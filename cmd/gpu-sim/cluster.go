@@ -106,7 +106,7 @@ func newClusterUpCommand(f *clusterFlags) *cobra.Command {
 	cmd.Flags().StringVar(&o.topology, "topology", "dgx-a100", "GPU topology name of the nodes (label gpu.scheduling/topology)")
 	cmd.Flags().StringVar(&o.pool, "pool", "gpu", "pool name of the nodes (label gpu.scheduling/pool, node name prefix)")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the cluster (and its nodes) to be ready")
-	cmd.Flags().BoolVar(&o.gpuStack, "gpu-stack", false, "also install the CRDs and run the agent fleet (gpu-agent --fleet), gpu-webhook, gpu-scheduler and gpu-controller; --topology names a preset of scenarios/hardware and sets the GPUs per node")
+	cmd.Flags().BoolVar(&o.gpuStack, "gpu-stack", false, "also install the CRDs and run the agent fleet (gpu-sim agent-fleet), gpu-webhook, gpu-scheduler and gpu-controller; --topology names a preset of scenarios/hardware and sets the GPUs per node")
 	return cmd
 }
 

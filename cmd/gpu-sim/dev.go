@@ -53,7 +53,7 @@ func (o *upOptions) resolveTopology(gpusSet bool) error {
 }
 
 // startGPUStack installs the CRDs and starts the production binaries beside the control plane:
-// the agent fleet (gpu-agent --fleet, one mock agent per node), then gpu-webhook, gpu-scheduler
+// the agent fleet (gpu-sim agent-fleet, one mock agent per node), then gpu-webhook, gpu-scheduler
 // and gpu-controller. Every process is the cluster's, so `cluster down` stops it.
 func startGPUStack(ctx context.Context, c *cluster.Cluster, dir string, nodes int) error {
 	logger := klog.FromContext(ctx)
@@ -71,7 +71,7 @@ func startGPUStack(ctx context.Context, c *cluster.Cluster, dir string, nodes in
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", devNamespace, err)
 	}
-	bin, err := launch.Binary(ctx, "gpu-agent")
+	bin, err := launch.Binary(ctx, "gpu-sim")
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func startGPUStack(ctx context.Context, c *cluster.Cluster, dir string, nodes in
 	}
 	// Short probe and recovery periods, so that a fault injected by hand shows in seconds.
 	fleet, err := c.StartProcess("gpu-agent-fleet", bin, []string{
-		"--fleet", "--kubeconfig=" + c.Kubeconfig(), "--lease-namespace=" + devNamespace, "--listen-address=" + addr,
+		"agent-fleet", "--kubeconfig=" + c.Kubeconfig(), "--lease-namespace=" + devNamespace, "--listen-address=" + addr,
 		"--probe-interval=2s", "--recovery-quiet-period=20s", "--kube-api-qps=200", "--kube-api-burst=400",
 		// Its HTTPS /metrics on loopback too, never the default :8443 of every interface.
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort),
@@ -104,7 +104,7 @@ func startGPUStack(ctx context.Context, c *cluster.Cluster, dir string, nodes in
 	logger.Info("Waiting for the agent fleet", "nodes", nodes)
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		if !fleet.Running() {
-			return false, fmt.Errorf("gpu-agent --fleet exited; its log ends:\n%s", fleet.LogTail(20))
+			return false, fmt.Errorf("gpu-sim agent-fleet exited; its log ends:\n%s", fleet.LogTail(20))
 		}
 		l, err := gcs.GpuV1().GpuNodeStatuses().List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) >= nodes, nil

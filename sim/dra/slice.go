@@ -5,6 +5,9 @@
 // GPUs, islands and health. The stock kube-scheduler then allocates devices itself from the
 // slices (its DynamicResources plugin); no kubelet plugin is involved here, so it serves
 // placement only, not the preparing of devices on the node.
+//
+// It is the simulator's DRA baseline (the stock kube-scheduler allocating through DRA), fed by
+// the simulated agent fleet (package sim/fleet); no product binary links it.
 package dra
 
 import (

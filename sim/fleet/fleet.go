@@ -1,4 +1,7 @@
-// Package fleet runs the production agent loop for many simulated (kwok) nodes in one process.
+// Package fleet runs the production agent loop for many simulated (kwok) nodes in one process:
+// the simulator's agents (gpu-sim run in process, gpu-sim agent-fleet as a process of its own).
+// No product binary links it.
+//
 // Each node carrying the label gpu.scheduling/topology gets an agent over a fresh mock server of
 // that topology (package agent/mock); nodes that come and go start and stop their agents. The
 // agents share one node informer, one lease informer and one status-write rate limiter, so
@@ -61,7 +64,7 @@ type Config struct {
 	// agent stops). Default 2s.
 	EventWaitTimeout time.Duration
 	// DeviceHook, when set, gives each node's agent its OnDevices function (agent.Config): the
-	// simulator's DRA baseline publishes every node's ResourceSlice from it (package agent/dra).
+	// simulator's DRA baseline publishes every node's ResourceSlice from it (package sim/dra).
 	DeviceHook func(node *corev1.Node) func([]apiv1.Device)
 }
 

@@ -17,11 +17,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
-	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/fleet"
 )
 
 // expected is what every node of a topology must publish.

@@ -16,11 +16,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
-	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/fleet"
 )
 
 var (
@@ -36,7 +36,7 @@ var (
 // writes per second for the fleet. docs/node.md has the figures. It is a measurement, run by
 // hand (it runs for minutes):
 //
-//	go test -tags integration ./agent/fleet -run '^$' -bench FleetStatusWriteRate -benchtime 1x -timeout 30m -fleet.nodes 500
+//	go test -tags integration ./sim/fleet -run '^$' -bench FleetStatusWriteRate -benchtime 1x -timeout 30m -fleet.nodes 500
 func BenchmarkFleetStatusWriteRate(b *testing.B) {
 	for range b.N {
 		measureWriteRate(b)

@@ -8,19 +8,19 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 )
 
-// AgentFleetOptions configure one gpu-agent --fleet process.
+// AgentFleetOptions configure one gpu-sim agent-fleet process.
 type AgentFleetOptions struct {
-	// Name tells processes apart in logs; default "gpu-agent".
+	// Name tells processes apart in logs; default "agent-fleet".
 	Name string
 	// LeaseNamespace holds the GPU leases; default "gpu-scheduler".
 	LeaseNamespace string
-	// NodeSelector narrows the simulated nodes (--fleet-node-selector); empty: all of them.
+	// NodeSelector narrows the simulated nodes (--node-selector); empty: all of them.
 	NodeSelector string
 	// Verbosity is the klog -v level; default 2.
 	Verbosity int
 }
 
-// AgentFleet is a running gpu-agent --fleet.
+// AgentFleet is a running gpu-sim agent-fleet.
 type AgentFleet struct {
 	*cluster.Process
 	// HTTPPort serves /healthz, /readyz, /fault and /nodes in plain HTTP; MetricsPort serves
@@ -28,11 +28,12 @@ type AgentFleet struct {
 	HTTPPort, MetricsPort int
 }
 
-// StartAgentFleet runs bin/gpu-agent --fleet against the cluster (mock NVML per labelled node)
-// and waits until it is ready.
+// StartAgentFleet runs bin/gpu-sim agent-fleet against the cluster (mock NVML per labelled
+// node) and waits until it is ready. The fleet is the simulator's, so it is built into the
+// simulator's binary, not into gpu-agent.
 func StartAgentFleet(ctx context.Context, c *cluster.Cluster, opts AgentFleetOptions) (*AgentFleet, error) {
 	if opts.Name == "" {
-		opts.Name = "gpu-agent"
+		opts.Name = "agent-fleet"
 	}
 	if opts.LeaseNamespace == "" {
 		opts.LeaseNamespace = "gpu-scheduler"
@@ -40,7 +41,7 @@ func StartAgentFleet(ctx context.Context, c *cluster.Cluster, opts AgentFleetOpt
 	if opts.Verbosity == 0 {
 		opts.Verbosity = 2
 	}
-	bin, err := Binary(ctx, "gpu-agent")
+	bin, err := Binary(ctx, "gpu-sim")
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +54,7 @@ func StartAgentFleet(ctx context.Context, c *cluster.Cluster, opts AgentFleetOpt
 		return nil, err
 	}
 	args := []string{
-		"--fleet",
+		"agent-fleet",
 		"--kubeconfig=" + c.Kubeconfig(),
 		"--lease-namespace=" + opts.LeaseNamespace,
 		"--listen-address=127.0.0.1:" + strconv.Itoa(httpPort),
@@ -64,7 +65,7 @@ func StartAgentFleet(ctx context.Context, c *cluster.Cluster, opts AgentFleetOpt
 		"-v=" + strconv.Itoa(opts.Verbosity),
 	}
 	if opts.NodeSelector != "" {
-		args = append(args, "--fleet-node-selector="+opts.NodeSelector)
+		args = append(args, "--node-selector="+opts.NodeSelector)
 	}
 	p, err := c.StartProcess(opts.Name, bin, args, nil)
 	if err != nil {

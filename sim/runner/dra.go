@@ -14,16 +14,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
 
 // The DRA baseline: each pod names a ResourceClaimTemplate made from its claim (one template per
 // distinct shape; kube-controller-manager makes a ResourceClaim from it for every pod), and the
 // stock kube-scheduler's DynamicResources plugin allocates devices from the ResourceSlices the
-// agents publish (package agent/dra). What our claims say and DRA cannot is left out of the
+// agents publish (package sim/dra). What our claims say and DRA cannot is left out of the
 // template, and the run's notes say so (draGaps).
 
 // draRequest is the name of the one request in each template, and of the pod's claim;

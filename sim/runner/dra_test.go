@@ -16,8 +16,8 @@ import (
 	"k8s.io/kubernetes/pkg/apis/resource/validation"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )
 

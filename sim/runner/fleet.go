@@ -9,17 +9,17 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
-	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
-	"github.com/gpu-scheduler/gpu-scheduler/agent/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/liveness"
 	agentmetrics "github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/dra"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
 )
 
-// inProcessFleet runs the production agent fleet (package agent/fleet: one agent loop per kwok
+// inProcessFleet runs the production agent fleet (package sim/fleet: one agent loop per kwok
 // node over the mock NVML of the node's topology) inside this process until ctx ends.
 type inProcessFleet struct {
 	f   *fleet.Fleet

@@ -20,10 +20,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
-	"github.com/gpu-scheduler/gpu-scheduler/agent/dra"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/scenario"
 )

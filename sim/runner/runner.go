@@ -104,7 +104,7 @@ type FleetOptions struct {
 	// a core for nothing.
 	GPUFaults bool
 	// DRA: every node's agent also publishes the node's GPUs as a ResourceSlice (package
-	// agent/dra), and the DeviceClass is created, for the DRA baseline.
+	// sim/dra), and the DeviceClass is created, for the DRA baseline.
 	DRA bool
 }
 

@@ -55,7 +55,7 @@ type options struct {
 	Namespace     string
 	KeepCluster   bool
 	Timeout       time.Duration
-	// MockAgents is "fleet" (build and run cmd/gpu-agent --fleet) or "static".
+	// MockAgents is "fleet" (build cmd/gpu-sim and run its agent-fleet) or "static".
 	MockAgents string
 }
 
@@ -85,7 +85,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "release namespace")
 	fs.BoolVar(&o.KeepCluster, "keep-cluster", o.KeepCluster, "leave the cluster running afterwards (delete it with kind delete cluster --name ...)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on the whole run")
-	fs.StringVar(&o.MockAgents, "mock-agents", o.MockAgents, "who reports the workers' mock GPUs: fleet (cmd/gpu-agent --fleet, built here with cgo) or static (this program)")
+	fs.StringVar(&o.MockAgents, "mock-agents", o.MockAgents, "who reports the workers' mock GPUs: fleet (gpu-sim agent-fleet, cmd/gpu-sim built here with cgo) or static (this program)")
 }
 
 func (o options) validate() error {
@@ -145,7 +145,8 @@ func (o options) kindConfig() []byte {
 	return []byte(cfg)
 }
 
-// fleetArgs runs the agent over mock NVML for every worker, against the cluster's leases.
+// fleetArgs are gpu-sim's: the agent over mock NVML for every worker, against the cluster's
+// leases.
 func (o options) fleetArgs(kubeconfig string) []string {
-	return []string{"--fleet", "--kubeconfig", kubeconfig, "--lease-namespace", o.Namespace, "--listen-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"}
+	return []string{"agent-fleet", "--kubeconfig", kubeconfig, "--lease-namespace", o.Namespace, "--listen-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"}
 }

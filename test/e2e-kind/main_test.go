@@ -134,8 +134,9 @@ func TestFleetAgent(t *testing.T) {
 	}
 	o := defaultOptions()
 	o.Namespace = "gpu-system"
-	args := strings.Join(o.fleetArgs("/tmp/kc"), " ")
-	if !strings.Contains(args, "--fleet") || !strings.Contains(args, "--lease-namespace gpu-system") || !strings.Contains(args, "--kubeconfig /tmp/kc") {
+	argv := o.fleetArgs("/tmp/kc")
+	args := strings.Join(argv, " ")
+	if argv[0] != "agent-fleet" || !strings.Contains(args, "--lease-namespace gpu-system") || !strings.Contains(args, "--kubeconfig /tmp/kc") {
 		t.Errorf("fleet args %q", args)
 	}
 }

@@ -102,19 +102,19 @@ func run(ctx context.Context, o options) error {
 	return s.run(ctx)
 }
 
-// startFleet builds cmd/gpu-agent and runs it in fleet mode against the kind cluster: one agent
+// startFleet builds cmd/gpu-sim and runs its agent fleet against the kind cluster: one agent
 // over mock NVML per worker, the same code a GPU node runs over the real NVML.
 func startFleet(ctx context.Context, o options, kubeconfig, dir string) (func(), error) {
-	bin := filepath.Join(dir, "gpu-agent")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/gpu-agent")
+	bin := filepath.Join(dir, "gpu-sim")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/gpu-sim")
 	build.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building gpu-agent (needs gcc; or use --mock-agents=static): %w\n%s", err, out)
+		return nil, fmt.Errorf("building gpu-sim (needs gcc; or use --mock-agents=static): %w\n%s", err, out)
 	}
-	step("starting gpu-agent --fleet")
+	step("starting gpu-sim agent-fleet")
 	agentCtx, cancel := context.WithCancel(ctx)
 	agent := exec.CommandContext(agentCtx, bin, o.fleetArgs(kubeconfig)...)
-	log, err := os.Create(filepath.Join(dir, "gpu-agent.log"))
+	log, err := os.Create(filepath.Join(dir, "agent-fleet.log"))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -122,7 +122,7 @@ func startFleet(ctx context.Context, o options, kubeconfig, dir string) (func(),
 	agent.Stdout, agent.Stderr = log, log
 	if err := agent.Start(); err != nil {
 		cancel()
-		return nil, fmt.Errorf("starting gpu-agent: %w", err)
+		return nil, fmt.Errorf("starting gpu-sim agent-fleet: %w", err)
 	}
 	return func() {
 		cancel()
