@@ -132,7 +132,7 @@ func Explain(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface,
 		if claim == nil {
 			ex.ClaimMissing = true
 		} else {
-			ex.FromTemplate = pod.Annotations[apiv1.AnnotationClaimTemplate]
+			ex.FromTemplate, _ = claims.Template(pod)
 		}
 	case apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("neither a pod nor a GpuClaim %s/%s exists", ns, claimName)

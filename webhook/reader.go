@@ -19,6 +19,7 @@ import (
 	gpuinformers "github.com/gpu-scheduler/gpu-scheduler/api/generated/informers/externalversions"
 	gpulisters "github.com/gpu-scheduler/gpu-scheduler/api/generated/listers/api/v1"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 )
 
 // Client rate limits of the webhook's own API calls. client-go's default (5 per second, bursts
@@ -145,7 +146,7 @@ func (r *ClusterReader) Count(ctx context.Context, pod *corev1.Pod) (int32, bool
 		default:
 			return 0, false, fmt.Errorf("metadata.annotations[%s]: GpuClaim %s/%s: %w", gpuv1.AnnotationClaim, pod.Namespace, claim, err)
 		}
-	} else if tmpl, ok := pod.Annotations[gpuv1.AnnotationClaimTemplate]; ok {
+	} else if tmpl, ok := claims.Template(pod); ok {
 		t, err := cachedOrGet(ctx, func() (*gpuv1.GpuClaimTemplate, error) { return r.templates.GpuClaimTemplates(pod.Namespace).Get(tmpl) },
 			func(ctx context.Context) (*gpuv1.GpuClaimTemplate, error) {
 				return r.gpus.GpuV1().GpuClaimTemplates(pod.Namespace).Get(ctx, tmpl, metav1.GetOptions{})

@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
 )
@@ -61,7 +60,7 @@ func (p *Plugin) shardKey(pod *v1.Pod) string {
 	if g := p.gangOfPod(pod); g != "" {
 		return "gang:" + g
 	}
-	if t, ok := pod.Annotations[apiv1.AnnotationClaimTemplate]; ok && p.templateLister != nil {
+	if t, ok := templateOf(pod); ok && p.templateLister != nil {
 		if tmpl, err := p.templateLister.GpuClaimTemplates(pod.Namespace).Get(t); err == nil && tmpl.Spec.Spec.GangRef != "" {
 			return "gang:" + pod.Namespace + "/" + tmpl.Spec.Spec.GangRef
 		}
