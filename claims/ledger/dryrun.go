@@ -57,32 +57,18 @@ type ReasonCount struct {
 // is the plugin's statusFreshnessSeconds. Nothing is written anywhere.
 func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, freshness time.Duration) DryRunResult {
 	var out DryRunResult
-	key := claims.Key(claim.Namespace, claim.Name)
 	out.Gang = GangKey(claim)
 	var self types.UID
 	if pod != nil {
 		self = pod.UID
 	}
-	req, err := RequestFor(claim)
-	// The pod's scheduling map entry, as PreFilter applies it (pin.go).
-	var pn *Pin
-	var mapErr error
-	if err == nil && pod != nil {
-		if pn, mapErr = PinOf(pod); mapErr == nil && pn != nil {
-			mapErr = pn.Apply(&req, key)
-		}
-	}
+	prep, refused := Prepare(claim, pod, func(c *apiv1.GpuClaim) (string, bool) {
+		return c.Status.PodName, heldByOther(c, self, snap.Pods)
+	})
+	req, pn := prep.Req, prep.Pin
 	switch {
-	case claim.DeletionTimestamp != nil:
-		out.Blocked = fmt.Sprintf("GpuClaim %s is being deleted", key)
-	case err != nil:
-		out.Blocked = fmt.Sprintf("GpuClaim %s is invalid: %v", key, err)
-	case pod != nil && isTemplated(pod) && !claims.IsOwnedBy(claim, pod):
-		out.Blocked = fmt.Sprintf("GpuClaim %s is not owned by pod %s (UID %s); it was not made from its GpuClaimTemplate for this pod", key, pod.Name, pod.UID)
-	case heldByOther(claim, self, snap.Pods):
-		out.Blocked = fmt.Sprintf("GpuClaim %s is held by pod %s/%s; one claim serves one pod at a time", key, claim.Namespace, claim.Status.PodName)
-	case mapErr != nil:
-		out.Blocked = mapErr.Error()
+	case refused != nil:
+		out.Blocked = refused.Message
 	default:
 		l := ledgerOf(snap)
 		oldest := now.Add(-freshness)
@@ -137,11 +123,6 @@ func (r DryRunResult) Summary() []ReasonCount {
 		return out[i].Reason < out[j].Reason
 	})
 	return out
-}
-
-func isTemplated(pod *v1.Pod) bool {
-	_, ok := claims.Template(pod)
-	return ok
 }
 
 // heldByOther mirrors PreFilter's claimHolder from the snapshot: the claim's recorded holder is

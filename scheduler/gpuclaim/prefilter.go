@@ -86,20 +86,12 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		}
 		claim, err, unmade = fromTemplate, nil, true
 	}
-	if err == nil && templated && !ownedBy(claim, pod) {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("GpuClaim %s/%s is not owned by pod %s (UID %s); it was not made from GpuClaimTemplate %s for this pod, so it is not used", pod.Namespace, name, pod.Name, pod.UID, template)), metrics.ReasonClaimNotFound
-	}
 	if apierrors.IsNotFound(err) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("GpuClaim %s/%s named by pod %s does not exist", pod.Namespace, name, pod.Name)), metrics.ReasonClaimNotFound
 	}
 	if err != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("reading GpuClaim %s/%s: %w", pod.Namespace, name, err)), metrics.ReasonAPI
-	}
-	key := claims.Key(pod.Namespace, name)
-	if claim.DeletionTimestamp != nil {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("GpuClaim %s is being deleted", key)), metrics.ReasonClaimNotFound
 	}
 	// pending and failed record in the claim's status why its pod waits; a claim not made
 	// yet has no status to write.
@@ -108,30 +100,32 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			p.status.pending(claim, pod, msg)
 		}
 	}
-	req, err := ledger.RequestFor(claim)
-	if err != nil {
-		msg := fmt.Sprintf("GpuClaim %s is invalid: %v", key, err)
-		if unmade {
-			msg = fmt.Sprintf("GpuClaimTemplate %s/%s is invalid: %v", pod.Namespace, template, err)
-		} else {
-			p.status.failed(claim, pod, msg)
+	// The checks before any node, in the order kubectl gpu explain's dry run applies them too.
+	prep, refused := ledger.Prepare(claim, pod, func(c *apiv1.GpuClaim) (string, bool) {
+		holder, ok := p.claimHolder(c)
+		return holder.Name, ok && holder.UID != pod.UID
+	})
+	if refused != nil {
+		msg, reason := refused.Message, metrics.ReasonInvalidPod
+		switch refused.Blocked {
+		case ledger.BlockedDeleted, ledger.BlockedNotOwned:
+			reason = metrics.ReasonClaimNotFound
+		case ledger.BlockedInvalid:
+			reason = metrics.ReasonInvalidClaim
+			if unmade {
+				msg = fmt.Sprintf("GpuClaimTemplate %s/%s is invalid: %v", pod.Namespace, template, refused.Err)
+			} else {
+				p.status.failed(claim, pod, msg)
+			}
+		case ledger.BlockedHeld:
+			reason = metrics.ReasonClaimInUse
+			pending(msg)
+		case ledger.BlockedPin:
+			pending(msg)
 		}
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), metrics.ReasonInvalidClaim
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), reason
 	}
-	if holder, ok := p.claimHolder(claim); ok && holder.UID != pod.UID {
-		msg := fmt.Sprintf("GpuClaim %s is held by pod %s/%s; one claim serves one pod at a time", key, pod.Namespace, holder.Name)
-		pending(msg)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), metrics.ReasonClaimInUse
-	}
-	// An entry of the pod's scheduling map pins it to one node and exact GPUs.
-	pn, err := ledger.PinOf(pod)
-	if err == nil && pn != nil {
-		err = pn.Apply(&req, key)
-	}
-	if err != nil {
-		pending(err.Error())
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error()), metrics.ReasonInvalidPod
-	}
+	key, req, pn := prep.Key, prep.Req, prep.Pin
 
 	oldest := p.clock.Now().Add(-p.freshness)
 	if claim.Spec.GangRef != "" {
