@@ -285,295 +285,482 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 }
 
 // runOne plays the scenario once, with mode's scheduler, on st's cluster; the first run on st
-// starts (or attaches to) it, the last one stops it.
+// starts (or attaches to) it, the last one stops it. The steps are modeRun's methods, in the
+// order they run: the cluster and its nodes, the agents, the mode's own setup (gpu-scheduler's
+// components and claims, or the DRA baseline's templates), the workload, the figures, the drain.
 func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_ *RunResult, err error) {
-	s := o.Scenario
-	stock := mode == ModeStock || mode == ModeDRA // both baselines run the stock kube-scheduler
-	withDRA := mode == ModeDRA
-	// The gpu-scheduler and stock runs play the controllers; the pre-made and templated bare
-	// pods runs play their pods. templated: the pods name GpuClaimTemplates, whose claims the
-	// garbage collector removes with their pods.
-	controllers := len(s.Spec.Workload.Controllers) > 0 && mode != ModePremade && mode != ModeTemplatedBare
-	templated := (controllers && !stock) || mode == ModeTemplatedBare
-	logger := klog.FromContext(ctx).WithValues("mode", mode)
-	ctx = klog.NewContext(ctx, logger)
-	res := &RunResult{Mode: mode, PeakRSSByProcess: map[string]int64{}}
-	began := time.Now()
-	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeDRA: "dra", ModePremade: "premade", ModeTemplatedBare: "tmplbare"}[mode]
-	bar := newProgress(o.Progress, mode)
-	run := runID(short, began)
-	external := st.kubeconfig != ""
-	reused := st.c != nil
-	switch {
-	case reused:
-		// No phase line: nothing is started.
-	case external:
-		bar.phase("attaching to the cluster of " + st.kubeconfig)
-	default:
-		bar.phase("starting the control plane")
-	}
-	if err := st.open(ctx, s, run, o.Profile); err != nil {
+	r := newModeRun(o, mode, st)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("mode", mode))
+	if err := r.open(ctx); err != nil {
 		return nil, err
 	}
-	st.runs = append(st.runs, run)
-	c := st.c
-	mark := c.ProcessMark()
-	if external {
-		res.Notes = append(res.Notes, fmt.Sprintf("ran on the existing cluster of %s (its own kwok%s); peak RSS counts only the processes this run started and gpu-sim", st.kubeconfig, map[bool]string{true: " and kube-scheduler", false: ""}[stock]))
+	defer func() { err = r.teardown(ctx, last, err) }()
+	// Before the teardown above (defers run last-in first-out): the workload's goroutines, then
+	// the agent fleet, then the recorder's watch; each is a no-op until its step started it.
+	defer func() { r.stopWatch() }()
+	defer func() { r.stopFleet() }()
+	defer func() { r.stopWorkload() }()
+	if err := r.prepareCluster(ctx); err != nil {
+		return nil, err
 	}
-	if reused && external {
-		res.Notes = append(res.Notes, "ran after the run before it on the same cluster had removed everything it made but its nodes, which this run reused")
+	if err := r.startAgents(ctx); err != nil {
+		return nil, err
 	}
-	if reused && !external {
-		res.Notes = append(res.Notes, "ran on the nodes and control plane of the run before it (etcd and kube-apiserver restarted on the same data, kube-controller-manager and kwok kept), after removing that run's processes, pods, claims, leases, GpuNodeStatuses, CRDs, webhook configurations and namespaces (docs/simulator.md)")
-		// Fresh etcd and kube-apiserver processes on the same data: the figures of this run,
-		// peak RSS above all, are then those of processes that served this run alone.
-		bar.phase("restarting etcd and kube-apiserver")
-		if err := c.RestartEtcdAndAPIServer(ctx); err != nil {
-			_ = st.close(ctx)
+	switch {
+	case !r.stock: // gpu-scheduler, pre-made claims, templated bare pods
+		if err := r.setupGPUScheduler(ctx); err != nil {
+			return nil, err
+		}
+	case r.withDRA:
+		if err := r.setupDRA(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if reused {
+	if !r.external {
+		// What the processes use with nothing scheduled (node heartbeats, agent writes, resyncs):
+		// the workload pays it for as long as it lasts, so the slower run pays more of it per pod.
+		// Before the write counters are read, so that its writes count in no workload.
+		r.bar.phase("measuring the idle background")
+		if r.res.BackgroundCPU, err = measureBackground(ctx, r.c, createIdle); err != nil {
+			return nil, err
+		}
+	}
+	r.res.Setup = time.Since(r.began)
+	w, err := r.playWorkload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.workloadNotes(w)
+	r.figures(w)
+	return r.drain(ctx, last)
+}
+
+// modeRun is one run of the scenario with one mode's scheduler: what its steps share.
+type modeRun struct {
+	o    Options
+	s    *scenario.Scenario
+	mode string
+	st   *site
+	// stock: the stock kube-scheduler schedules (both baselines); withDRA: through DRA.
+	// controllers: the run plays the workload's Jobs and Deployments (the gpu-scheduler and stock
+	// runs); the pre-made and templated bare pods runs play their pods. templated: the pods name
+	// GpuClaimTemplates, whose claims the garbage collector removes with their pods.
+	stock, withDRA, controllers, templated bool
+	// external: st is an existing cluster; reused: a run before this one opened st.
+	external, reused bool
+
+	res            *RunResult
+	bar            *progress
+	began          time.Time
+	short, run, ns string
+	nodes          int
+	schedOpts      launch.SchedulerOptions
+
+	// Set by the steps, in order.
+	c       *cluster.Cluster
+	mark    int // the cluster's processes before this run's
+	cs      *kubernetes.Clientset
+	gcs     *versioned.Clientset
+	gcKnows chan error
+	rec     *recorder
+	plan    []scenario.PodPlan
+	fleet   Fleet
+	sched   *launch.Scheduler
+
+	stopWatch, stopFleet, stopWorkload context.CancelFunc
+}
+
+func newModeRun(o Options, mode string, st *site) *modeRun {
+	s := o.Scenario
+	stock := mode == ModeStock || mode == ModeDRA // both baselines run the stock kube-scheduler
+	controllers := len(s.Spec.Workload.Controllers) > 0 && mode != ModePremade && mode != ModeTemplatedBare
+	began := time.Now()
+	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeDRA: "dra", ModePremade: "premade", ModeTemplatedBare: "tmplbare"}[mode]
+	nodes, _ := s.TotalNodes()
+	noop := func() {}
+	return &modeRun{
+		o: o, s: s, mode: mode, st: st,
+		stock: stock, withDRA: mode == ModeDRA, controllers: controllers,
+		templated: (controllers && !stock) || mode == ModeTemplatedBare,
+		external:  st.kubeconfig != "", reused: st.c != nil,
+		res: &RunResult{Mode: mode, PeakRSSByProcess: map[string]int64{}},
+		bar: newProgress(o.Progress, mode), began: began,
+		short: short, run: runID(short, began), ns: s.Spec.Workload.Namespace, nodes: nodes,
+		schedOpts: launch.SchedulerOptions{Name: "gpu-scheduler", LeaseNamespace: LeaseNamespace, NodeStrategy: s.Spec.Scheduler.NodeStrategy, QPS: float32(s.Spec.Scheduler.QPS), Profiling: o.Profile},
+		stopWatch: noop, stopFleet: noop, stopWorkload: noop,
+	}
+}
+
+// open starts the site's cluster, attaches to it or takes it over from the run before, and
+// notes which; on a harness cluster a run after the first restarts etcd and kube-apiserver.
+func (r *modeRun) open(ctx context.Context) error {
+	switch {
+	case r.reused:
+		// No phase line: nothing is started.
+	case r.external:
+		r.bar.phase("attaching to the cluster of " + r.st.kubeconfig)
+	default:
+		r.bar.phase("starting the control plane")
+	}
+	if err := r.st.open(ctx, r.s, r.run, r.o.Profile); err != nil {
+		return err
+	}
+	r.st.runs = append(r.st.runs, r.run)
+	r.c = r.st.c
+	r.mark = r.c.ProcessMark()
+	if r.external {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("ran on the existing cluster of %s (its own kwok%s); peak RSS counts only the processes this run started and gpu-sim", r.st.kubeconfig, map[bool]string{true: " and kube-scheduler", false: ""}[r.stock]))
+	}
+	if r.reused && r.external {
+		r.res.Notes = append(r.res.Notes, "ran after the run before it on the same cluster had removed everything it made but its nodes, which this run reused")
+	}
+	if r.reused && !r.external {
+		r.res.Notes = append(r.res.Notes, "ran on the nodes and control plane of the run before it (etcd and kube-apiserver restarted on the same data, kube-controller-manager and kwok kept), after removing that run's processes, pods, claims, leases, GpuNodeStatuses, CRDs, webhook configurations and namespaces (docs/simulator.md)")
+		// Fresh etcd and kube-apiserver processes on the same data: the figures of this run,
+		// peak RSS above all, are then those of processes that served this run alone.
+		r.bar.phase("restarting etcd and kube-apiserver")
+		if err := r.c.RestartEtcdAndAPIServer(ctx); err != nil {
+			_ = r.st.close(ctx)
+			return err
+		}
+	}
+	if r.reused {
 		// gpu-sim itself cannot restart: the run before's agent fleet and recorder are gone,
 		// and their heap goes back to the kernel now rather than gradually during this run.
 		debug.FreeOSMemory()
 	}
-	defer func() {
-		t := time.Now()
-		defer func() { bar.mark(""); res.Phases = bar.phases }()
-		if last || err != nil {
-			// The site's last run (or a failed one: no run follows): stop everything and, on an
-			// existing cluster, remove what the runs created, even after Ctrl-C.
-			bar.phase(map[bool]string{true: "stopping the run's processes and removing its objects from the cluster", false: "stopping the control plane"}[external])
-			if o.LogDir != "" {
-				copyLogs(c.WorkDir(), filepath.Join(o.LogDir, "logs-"+short))
-			}
-			err = errors.Join(err, st.close(ctx))
-		} else {
-			// The next run reuses the control plane and the nodes: stop this run's processes
-			// and remove everything else it made, so that the next one starts as on a fresh
-			// cluster whose nodes are Ready.
-			bar.phase("stopping the run's processes")
-			stopErr := c.StopSince(mark)
-			if o.LogDir != "" {
-				copyLogs(c.WorkDir(), filepath.Join(o.LogDir, "logs-"+short))
-			}
-			bar.phase("removing the run's objects (the nodes stay for the next run)")
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-			defer cancel()
-			err = errors.Join(err, stopErr, st.own.cleanup(cctx, c.RESTConfig(), []string{run}, true))
+	return nil
+}
+
+// teardown, deferred, ends the run and returns err joined with what failed here. The site's
+// last run (or a failed one: no run follows) stops everything and, on an existing cluster,
+// removes what the runs created, even after Ctrl-C. A run that another follows on the same
+// control plane and nodes stops its own processes and removes everything else it made, so
+// that the next one starts as on a fresh cluster whose nodes are Ready.
+func (r *modeRun) teardown(ctx context.Context, last bool, err error) error {
+	t := time.Now()
+	defer func() { r.bar.mark(""); r.res.Phases = r.bar.phases }()
+	if last || err != nil {
+		r.bar.phase(map[bool]string{true: "stopping the run's processes and removing its objects from the cluster", false: "stopping the control plane"}[r.external])
+		if r.o.LogDir != "" {
+			copyLogs(r.c.WorkDir(), filepath.Join(r.o.LogDir, "logs-"+r.short))
 		}
-		bar.phase("")
-		res.Teardown += time.Since(t)
-	}()
-	if stock && !external {
+		err = errors.Join(err, r.st.close(ctx))
+	} else {
+		r.bar.phase("stopping the run's processes")
+		stopErr := r.c.StopSince(r.mark)
+		if r.o.LogDir != "" {
+			copyLogs(r.c.WorkDir(), filepath.Join(r.o.LogDir, "logs-"+r.short))
+		}
+		r.bar.phase("removing the run's objects (the nodes stay for the next run)")
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		err = errors.Join(err, stopErr, r.st.own.cleanup(cctx, r.c.RESTConfig(), []string{r.run}, true))
+	}
+	r.bar.phase("")
+	r.res.Teardown += time.Since(t)
+	return err
+}
+
+// prepareCluster readies the cluster for the run: the stock scheduler of a baseline run, the
+// clients, the CRDs, the namespaces and the scenario's nodes, Ready.
+func (r *modeRun) prepareCluster(ctx context.Context) error {
+	if r.stock && !r.external {
 		// The stock scheduler of this run only: a run after it starts its own.
-		bar.phase("starting kube-scheduler")
-		if err := c.StartStockScheduler(ctx); err != nil {
-			return nil, err
+		r.bar.phase("starting kube-scheduler")
+		if err := r.c.StartStockScheduler(ctx); err != nil {
+			return err
 		}
 	}
-	cfg := c.RESTConfig()
+	cfg := r.c.RESTConfig()
 	cfg.QPS, cfg.Burst = 5000, 10000
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+	var err error
+	if r.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("client: %w", err)
 	}
-	gcs, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("GPU client: %w", err)
+	if r.gcs, err = versioned.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("GPU client: %w", err)
 	}
 	root, err := launch.RepoRoot()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts", "gpu-scheduler", "crds")); err != nil {
-		return nil, err
+	if err := r.c.InstallCRDs(ctx, filepath.Join(root, "charts", "gpu-scheduler", "crds")); err != nil {
+		return err
 	}
-	ns := s.Spec.Workload.Namespace
-	for _, n := range []string{LeaseNamespace, ns} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating namespace %s: %w", n, err)
+	for _, n := range []string{LeaseNamespace, r.ns} {
+		if _, err := r.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating namespace %s: %w", n, err)
 		}
 	}
 	// The garbage collector must know GpuClaims before the workload (waitGCKnowsClaims); its
 	// probe runs alongside the setup and is waited for before the agent fleet starts.
 	gcKnows := make(chan error, 1)
-	if templated {
-		go func() { gcKnows <- waitGCKnowsClaims(ctx, cs, gcs, ns, run) }()
+	r.gcKnows = gcKnows
+	if r.templated {
+		cs, gcs := r.cs, r.gcs
+		go func() { gcKnows <- waitGCKnowsClaims(ctx, cs, gcs, r.ns, r.run) }()
 	} else {
 		gcKnows <- nil
 	}
-	nodes, _ := s.TotalNodes()
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("metadata client: %w", err)
+		return fmt.Errorf("metadata client: %w", err)
 	}
-	have, err := poolNodes(ctx, mc, s)
-	if err != nil {
-		return nil, err
-	}
-	if have.Len() < nodes {
-		bar.phase(fmt.Sprintf("creating %d nodes", nodes-have.Len()))
-	}
-	for _, p := range s.Spec.NodePools {
-		np := cluster.NodePool{Name: p.Name, Count: p.Count, GPUsPerNode: p.GPUsPerNode, Topology: p.Topology, Labels: p.Labels}
-		if p.CPUMilli > 0 {
-			np.CPU = *resource.NewMilliQuantity(int64(p.CPUMilli), resource.DecimalSI)
-		}
-		if p.MemoryMiB > 0 {
-			np.Memory = *resource.NewQuantity(int64(p.MemoryMiB)<<20, resource.BinarySI)
-		}
-		if external {
-			// Cleanup deletes exactly the nodes carrying the site's label.
-			np.Labels = map[string]string{LabelRun: st.own.run}
-			for k, v := range p.Labels {
-				np.Labels[k] = v
-			}
-		}
-		for _, t := range p.Taints {
-			np.Taints = append(np.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
-		}
-		if err := c.CreateNodes(ctx, np, missingNodes(p, have)); err != nil {
-			return nil, err
-		}
-	}
+	return r.createNodes(ctx, mc)
+}
 
+// createNodes makes the scenario's nodes the cluster lacks and waits until kwok has them all
+// Ready.
+func (r *modeRun) createNodes(ctx context.Context, mc metadata.Interface) error {
+	have, err := poolNodes(ctx, mc, r.s)
+	if err != nil {
+		return err
+	}
+	if have.Len() < r.nodes {
+		r.bar.phase(fmt.Sprintf("creating %d nodes", r.nodes-have.Len()))
+	}
+	for _, p := range r.s.Spec.NodePools {
+		if err := r.c.CreateNodes(ctx, r.nodePool(p), missingNodes(p, have)); err != nil {
+			return err
+		}
+	}
 	// One step after the other: overlapping the agent fleet's start and the claims with kwok
 	// making 5,000 nodes Ready saturated the apiserver until its requests timed out and were
 	// retried, which made the setup twice as long (5m45s instead of about 2.5 minutes).
-	bar.phase(fmt.Sprintf("waiting for %d nodes to be Ready (kwok)", nodes))
-	if err := c.WaitNodesReady(ctx, labels.SelectorFromSet(labels.Set{cluster.LabelKwokType: "kwok"}), nodes, 5*time.Minute); err != nil {
-		if external {
-			return nil, fmt.Errorf("%w (does the cluster run kwok? make it with \"kwokctl create cluster\" or \"gpu-sim cluster up\")", err)
+	r.bar.phase(fmt.Sprintf("waiting for %d nodes to be Ready (kwok)", r.nodes))
+	if err := r.c.WaitNodesReady(ctx, labels.SelectorFromSet(labels.Set{cluster.LabelKwokType: "kwok"}), r.nodes, 5*time.Minute); err != nil {
+		if r.external {
+			return fmt.Errorf("%w (does the cluster run kwok? make it with \"kwokctl create cluster\" or \"gpu-sim cluster up\")", err)
 		}
-		return nil, err
+		return err
 	}
-	if err := waitServiceAccount(ctx, cs, ns); err != nil {
-		return nil, err
-	}
+	return waitServiceAccount(ctx, r.cs, r.ns)
+}
 
-	// The recorder's clock starts now; the workload's offsets are taken from t0 below.
-	rec := newRecorder(time.Now())
-	plan := scenario.Expand(s)
-	if controllers {
-		rec.useSlots(plan)
+// nodePool is the cluster's description of the scenario's pool p.
+func (r *modeRun) nodePool(p scenario.NodePool) cluster.NodePool {
+	np := cluster.NodePool{Name: p.Name, Count: p.Count, GPUsPerNode: p.GPUsPerNode, Topology: p.Topology, Labels: p.Labels}
+	if p.CPUMilli > 0 {
+		np.CPU = *resource.NewMilliQuantity(int64(p.CPUMilli), resource.DecimalSI)
+	}
+	if p.MemoryMiB > 0 {
+		np.Memory = *resource.NewQuantity(int64(p.MemoryMiB)<<20, resource.BinarySI)
+	}
+	if r.external {
+		// Cleanup deletes exactly the nodes carrying the site's label.
+		np.Labels = map[string]string{LabelRun: r.st.own.run}
+		for k, v := range p.Labels {
+			np.Labels[k] = v
+		}
+	}
+	for _, t := range p.Taints {
+		np.Taints = append(np.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	}
+	return np
+}
+
+// startAgents starts the recorder's watch, then the agent fleet, and waits until every node's
+// GpuNodeStatus (and, for DRA, its ResourceSlice) is published and the start-up writes settled.
+func (r *modeRun) startAgents(ctx context.Context) error {
+	// The recorder's clock starts now; the workload's offsets are taken from t0 (newPlayer).
+	r.rec = newRecorder(time.Now())
+	r.plan = scenario.Expand(r.s)
+	if r.controllers {
+		r.rec.useSlots(r.plan)
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	if err := rec.watch(watchCtx, cs, gcs, ns, withDRA, mode != ModeStock && !withDRA); err != nil {
-		return nil, err
+	r.stopWatch = stopWatch
+	if err := r.rec.watch(watchCtx, r.cs, r.gcs, r.ns, r.withDRA, r.mode != ModeStock && !r.withDRA); err != nil {
+		return err
 	}
 	// Waited for before the agents start, not just before the clock: an agent writes its GPUs'
 	// usage at its first change once agent.Config.UsageWriteInterval has passed since its last
 	// write (30 s when this wait was added: 40 writes inside workloads.yaml's workload from
 	// agents started half a minute before it; 10 minutes now), so the agents start as close
 	// to the clock as in the other runs.
-	if templated {
-		bar.phase("waiting for the garbage collector to know GpuClaims")
+	if r.templated {
+		r.bar.phase("waiting for the garbage collector to know GpuClaims")
 	}
-	if err := <-gcKnows; err != nil {
-		return nil, err
+	if err := <-r.gcKnows; err != nil {
+		return err
 	}
-	bar.phase("starting the agent fleet")
+	r.bar.phase("starting the agent fleet")
 	fleetCtx, stopFleet := context.WithCancel(ctx)
-	defer stopFleet() // before the cluster stops (defers run last-in first-out)
-	fo := fleetOptions(s)
-	fo.DRA = withDRA
-	fleet, err := o.StartFleet(fleetCtx, c, fo)
+	r.stopFleet = stopFleet
+	fo := fleetOptions(r.s)
+	fo.DRA = r.withDRA
+	fleet, err := r.o.StartFleet(fleetCtx, r.c, fo)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	r.fleet = fleet
+	rec, nodes := r.rec, r.nodes
 	if err := waitFor(ctx, 3*time.Minute, func() bool { return rec.statusCount() >= nodes }); err != nil {
-		return nil, fmt.Errorf("waiting for the agent fleet to publish %d GpuNodeStatus objects (have %d): %w", nodes, rec.statusCount(), err)
+		return fmt.Errorf("waiting for the agent fleet to publish %d GpuNodeStatus objects (have %d): %w", nodes, rec.statusCount(), err)
 	}
-	bar.phase("waiting for the agent fleet's start-up writes to settle")
+	r.bar.phase("waiting for the agent fleet's start-up writes to settle")
 	if err := waitFleetSettled(ctx, rec, nodes, 2*time.Minute); err != nil {
-		res.Notes = append(res.Notes, err.Error())
+		r.res.Notes = append(r.res.Notes, err.Error())
 	}
-	if withDRA {
+	if r.withDRA {
 		if err := waitFor(ctx, 3*time.Minute, func() bool { return fleet.SlicesPublished() >= nodes }); err != nil {
-			return nil, fmt.Errorf("waiting for the agent fleet to publish %d ResourceSlices (have %d): %w", nodes, fleet.SlicesPublished(), err)
+			return fmt.Errorf("waiting for the agent fleet to publish %d ResourceSlices (have %d): %w", nodes, fleet.SlicesPublished(), err)
 		}
 	}
-	var sched *launch.Scheduler
-	schedOpts := launch.SchedulerOptions{Name: "gpu-scheduler", LeaseNamespace: LeaseNamespace, NodeStrategy: s.Spec.Scheduler.NodeStrategy, QPS: float32(s.Spec.Scheduler.QPS), Profiling: o.Profile}
-	if !stock {
-		bar.phase("starting the webhook and gpu-scheduler")
-		if _, err := launch.StartWebhook(ctx, c, launch.WebhookOptions{Namespace: LeaseNamespace}); err != nil {
-			return nil, err
-		}
-		if sched, err = launch.StartScheduler(ctx, c, schedOpts); err != nil {
-			return nil, err
-		}
-		// gpu-controller makes the claims of pods that name a GpuClaimTemplate (and runs
-		// GpuWorkloads); one small process, idle when a scenario uses neither.
-		if _, err := launch.StartController(ctx, c, launch.ControllerOptions{}); err != nil {
-			return nil, err
-		}
-		if templated {
-			bar.phase(fmt.Sprintf("creating %d GpuClaimTemplates", len(s.Spec.Workload.ClaimTemplates)))
-			if err := createClaimTemplates(ctx, gcs, s, ns, run); err != nil {
-				return nil, err
-			}
-		} else {
-			bar.phase(fmt.Sprintf("creating %d GpuClaims (and measuring what a create costs)", len(plan)))
-			create := func() error { return createClaims(ctx, gcs, plan, ns, run) }
-			if external {
-				// The processes of a cluster gpu-sim did not start are not measured.
-				if err := create(); err != nil {
-					return nil, err
-				}
-			} else {
-				cost, err := measureCreates(ctx, c, len(plan), create)
-				if err != nil {
-					return nil, err
-				}
-				res.ClaimCreateCPU = cost
-			}
-			res.PremadeClaims = len(plan)
-			if mode == ModeGPU && !external {
-				n := calibrationObjects(len(plan))
-				bar.phase(fmt.Sprintf("measuring what %d lease creates and claim status writes cost", n))
-				if res.ContractWriteCPU, err = measureContractWrites(ctx, c, cs, gcs, n); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	if withDRA {
-		bar.phase("creating the ResourceClaimTemplates")
-		if err := createTemplates(ctx, cs, plan, ns); err != nil {
-			return nil, err
-		}
-		res.Notes = append(res.Notes, draGaps(plan)...)
-	}
-	if !external {
-		// What the processes use with nothing scheduled (node heartbeats, agent writes, resyncs):
-		// the workload pays it for as long as it lasts, so the slower run pays more of it per pod.
-		// Before the write counters are read, so that its writes count in no workload.
-		bar.phase("measuring the idle background")
-		if res.BackgroundCPU, err = measureBackground(ctx, c, createIdle); err != nil {
-			return nil, err
-		}
-	}
-	res.Setup = time.Since(began)
+	return nil
+}
 
-	before, err := scrapeRequests(ctx, cs)
+// setupGPUScheduler starts gpu-scheduler's components (the gpu-scheduler, pre-made claims and
+// templated bare pods runs), then makes what the pods name: the GpuClaimTemplates, or the
+// claims themselves before the clock.
+func (r *modeRun) setupGPUScheduler(ctx context.Context) error {
+	r.bar.phase("starting the webhook and gpu-scheduler")
+	if _, err := launch.StartWebhook(ctx, r.c, launch.WebhookOptions{Namespace: LeaseNamespace}); err != nil {
+		return err
+	}
+	var err error
+	if r.sched, err = launch.StartScheduler(ctx, r.c, r.schedOpts); err != nil {
+		return err
+	}
+	// gpu-controller makes the claims of pods that name a GpuClaimTemplate (and runs
+	// GpuWorkloads); one small process, idle when a scenario uses neither.
+	if _, err := launch.StartController(ctx, r.c, launch.ControllerOptions{}); err != nil {
+		return err
+	}
+	if r.templated {
+		r.bar.phase(fmt.Sprintf("creating %d GpuClaimTemplates", len(r.s.Spec.Workload.ClaimTemplates)))
+		return createClaimTemplates(ctx, r.gcs, r.s, r.ns, r.run)
+	}
+	return r.premakeClaims(ctx)
+}
+
+// premakeClaims creates every pod's GpuClaim before the clock and, on a cluster this run
+// started, measures what a create costs and (gpu-scheduler run) what the API contract's lease
+// creates and claim status writes cost.
+func (r *modeRun) premakeClaims(ctx context.Context) error {
+	r.bar.phase(fmt.Sprintf("creating %d GpuClaims (and measuring what a create costs)", len(r.plan)))
+	create := func() error { return createClaims(ctx, r.gcs, r.plan, r.ns, r.run) }
+	if r.external {
+		// The processes of a cluster gpu-sim did not start are not measured.
+		if err := create(); err != nil {
+			return err
+		}
+	} else {
+		cost, err := measureCreates(ctx, r.c, len(r.plan), create)
+		if err != nil {
+			return err
+		}
+		r.res.ClaimCreateCPU = cost
+	}
+	r.res.PremadeClaims = len(r.plan)
+	if r.mode == ModeGPU && !r.external {
+		n := calibrationObjects(len(r.plan))
+		r.bar.phase(fmt.Sprintf("measuring what %d lease creates and claim status writes cost", n))
+		var err error
+		if r.res.ContractWriteCPU, err = measureContractWrites(ctx, r.c, r.cs, r.gcs, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupDRA creates the DRA baseline's ResourceClaimTemplates and notes what of the claims DRA
+// cannot express.
+func (r *modeRun) setupDRA(ctx context.Context) error {
+	r.bar.phase("creating the ResourceClaimTemplates")
+	if err := createTemplates(ctx, r.cs, r.plan, r.ns); err != nil {
+		return err
+	}
+	r.res.Notes = append(r.res.Notes, draGaps(r.plan)...)
+	return nil
+}
+
+// workload is what playing the workload leaves for the figures.
+type workload struct {
+	pl             *player
+	t0, end        time.Duration // on the recorder's clock
+	before, after  metrics.RequestCounts
+	liveness       metrics.LivenessWrites
+	full, timedOut bool
+}
+
+// playWorkload plays the workload and the faults from the clock's start until the workload is
+// done (waitWorkload), and reads what it cost: CPU, profiles, the apiserver's requests, the
+// agents' liveness writes.
+func (r *modeRun) playWorkload(ctx context.Context) (*workload, error) {
+	before, err := scrapeRequests(ctx, r.cs)
 	if err != nil {
 		return nil, err
 	}
-	livenessBefore := fleet.LivenessWrites()
+	livenessBefore := r.fleet.LivenessWrites()
+	pl := r.newPlayer()
+	w := &workload{pl: pl, t0: pl.t0, before: before}
+	var prof *profile.Collection
+	if r.o.Profile && r.o.LogDir != "" {
+		if prof, err = startProfiles(ctx, r.c, r.sched, r.schedOpts.Name, filepath.Join(r.o.LogDir, "profiles-"+r.short)); err != nil {
+			return nil, err
+		}
+	}
+	cpuStart := markCPU(r.c)
+	r.bar.mark("workload")
+	wctx, cancelW := context.WithCancel(ctx)
+	r.stopWorkload = cancelW
+	var wg sync.WaitGroup
+	var rssMu sync.Mutex
+	wg.Go(func() { sampleRSS(wctx, r.c, &rssMu, r.res) })
+	f := &faults{c: r.c, cs: r.cs, fleet: r.fleet, stock: r.stock, external: r.external, sched: r.sched, schedOpts: r.schedOpts, res: r.res}
+	wg.Go(func() { f.play(wctx, r.s.Spec.Faults, r.rec, w.t0) })
+	playErr := make(chan error, 1)
+	go func() { playErr <- pl.play(wctx) }()
+	if err := r.waitWorkload(ctx, w); err != nil {
+		return nil, err
+	}
+	r.res.Workload = w.end - w.t0
+	r.res.WorkloadCPUSeconds = cpuStart.until(markCPU(r.c))
+	for _, v := range r.res.WorkloadCPUSeconds {
+		r.res.WorkloadCPUTotal += v
+	}
+	bound, _ := r.rec.counts()
+	if prof != nil {
+		files, perr := prof.Stop()
+		if perr != nil {
+			r.res.Notes = append(r.res.Notes, "profiles: "+perr.Error())
+		}
+		if r.res.CPUCauses, perr = profile.Breakdowns(files, r.res.WorkloadCPUSeconds, bound); perr != nil {
+			r.res.Notes = append(r.res.Notes, perr.Error())
+		}
+	}
+	r.bar.last = time.Time{}
+	r.bar.update(bound, int(pl.created.Load()), len(r.plan), w.end-w.t0)
+	r.bar.done()
+	if w.after, err = scrapeRequests(ctx, r.cs); err != nil {
+		return nil, err
+	}
+	w.liveness = r.fleet.LivenessWrites().Sub(livenessBefore)
+	if r.o.LogDir != "" {
+		r.saveRunFiles(ctx)
+	}
+	cancelW()
+	wg.Wait()
+	if perr := <-playErr; perr != nil && !errors.Is(perr, context.Canceled) {
+		return nil, perr
+	}
+	return w, nil
+}
+
+// newPlayer makes the workload's player, with the plan's times moved to the recorder's clock
+// from now (t0).
+func (r *modeRun) newPlayer() *player {
 	workers := 32
-	if len(plan) > 2000 {
+	if len(r.plan) > 2000 {
 		workers = 64
 	}
-	pl := &player{cs: cs, rec: rec, plan: plan, ns: ns, run: run, mode: mode, serial: s.Spec.Workload.Deterministic, workers: workers}
-	if controllers {
-		pl.controllers = s.Spec.Workload.Controllers
+	pl := &player{cs: r.cs, rec: r.rec, plan: r.plan, ns: r.ns, run: r.run, mode: r.mode, serial: r.s.Spec.Workload.Deterministic, workers: workers}
+	if r.controllers {
+		pl.controllers = r.s.Spec.Workload.Controllers
 	}
-	t0 := rec.now()
+	t0 := r.rec.now()
 	pl.t0 = t0
 	for i := range pl.plan {
 		pl.plan[i].At += t0
@@ -581,136 +768,84 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 			pl.plan[i].DeleteAt += t0
 		}
 	}
-	var prof *profile.Collection
-	if o.Profile && o.LogDir != "" {
-		if prof, err = startProfiles(ctx, c, sched, schedOpts.Name, filepath.Join(o.LogDir, "profiles-"+short)); err != nil {
-			return nil, err
-		}
-	}
-	cpuStart := markCPU(c)
-	bar.mark("workload")
-	wctx, cancelW := context.WithCancel(ctx)
-	defer cancelW()
-	var wg sync.WaitGroup
-	var rssMu sync.Mutex
-	wg.Go(func() { sampleRSS(wctx, c, &rssMu, res) })
-	f := &faults{c: c, cs: cs, fleet: fleet, stock: stock, external: external, sched: sched, schedOpts: schedOpts, res: res}
-	wg.Go(func() { f.play(wctx, s.Spec.Faults, rec, t0) })
-	playErr := make(chan error, 1)
-	go func() { playErr <- pl.play(wctx) }()
+	return pl
+}
 
-	deadline := t0 + s.Spec.Timeout.Duration
-	timedOut, full := false, false
-	fill := s.Spec.Workload.IsFill()
-	total := len(plan)
-	for {
-		bound, _ := rec.counts()
-		bar.update(bound, int(pl.created.Load()), total, rec.now()-t0)
-		if int(pl.created.Load())+int(pl.createErrors.Load()) >= total && pl.settled(rec) && pl.deletesDone.Load() {
+// waitWorkload waits, updating the progress bar, until every pod is created and settled and
+// every delete made, a fill run's cluster is full, or spec.timeout has passed; w.end is then.
+func (r *modeRun) waitWorkload(ctx context.Context, w *workload) error {
+	deadline := w.t0 + r.s.Spec.Timeout.Duration
+	fill := r.s.Spec.Workload.IsFill()
+	total := len(r.plan)
+	for pl := w.pl; ; {
+		bound, _ := r.rec.counts()
+		r.bar.update(bound, int(pl.created.Load()), total, r.rec.now()-w.t0)
+		if int(pl.created.Load())+int(pl.createErrors.Load()) >= total && pl.settled(r.rec) && pl.deletesDone.Load() {
 			break
 		}
-		if fill && rec.full(s.Spec.Workload.TraceFile.QuietPeriodOrDefault()) {
+		if fill && r.rec.full(r.s.Spec.Workload.TraceFile.QuietPeriodOrDefault()) {
 			// The cluster is full: waiting out the timeout would add nothing but minutes.
-			full = true
+			w.full = true
 			break
 		}
-		if rec.now() > deadline {
-			timedOut = true
+		if r.rec.now() > deadline {
+			w.timedOut = true
 			break
 		}
 		select {
 		case <-ctx.Done():
-			bar.done()
-			return nil, ctx.Err()
+			r.bar.done()
+			return ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	end := rec.now()
-	res.Workload = end - t0
-	res.WorkloadCPUSeconds = cpuStart.until(markCPU(c))
-	for _, v := range res.WorkloadCPUSeconds {
-		res.WorkloadCPUTotal += v
+	w.end = r.rec.now()
+	return nil
+}
+
+// saveRunFiles writes, beside the components' logs, where each pod's time went and how the
+// scheduler's queue moved them (read when a figure needs explaining), and the scheduler's
+// metrics page, from which it takes the scheduler's stages.
+func (r *modeRun) saveRunFiles(ctx context.Context) {
+	if err := r.rec.writeTimeline(filepath.Join(r.o.LogDir, "pods-"+r.short+".tsv")); err != nil {
+		r.res.Notes = append(r.res.Notes, err.Error())
 	}
-	bound, _ := rec.counts()
-	if prof != nil {
-		files, perr := prof.Stop()
-		if perr != nil {
-			res.Notes = append(res.Notes, "profiles: "+perr.Error())
-		}
-		if res.CPUCauses, perr = profile.Breakdowns(files, res.WorkloadCPUSeconds, bound); perr != nil {
-			res.Notes = append(res.Notes, perr.Error())
-		}
+	url := ""
+	switch {
+	case r.sched != nil:
+		url = "https://127.0.0.1:" + strconv.Itoa(r.sched.Port)
+	case r.stock && !r.c.Attached():
+		url = r.c.SchedulerURL()
 	}
-	bar.last = time.Time{}
-	bar.update(bound, int(pl.created.Load()), total, end-t0)
-	bar.done()
-	after, err := scrapeRequests(ctx, cs)
+	if url == "" {
+		return
+	}
+	page, err := saveSchedulerMetrics(ctx, r.c.RESTConfig(), url, filepath.Join(r.o.LogDir, "scheduler-metrics-"+r.short+".txt"))
 	if err != nil {
-		return nil, err
+		r.res.Notes = append(r.res.Notes, err.Error())
+	} else if stages, err := metrics.ParseStages(bytes.NewReader(page)); err != nil {
+		r.res.Notes = append(r.res.Notes, err.Error())
+	} else {
+		r.res.SchedulerStages = &stages
 	}
-	liveness := fleet.LivenessWrites().Sub(livenessBefore)
-	if o.LogDir != "" {
-		// Where each pod's time went, and how the scheduler's queue moved them: read beside
-		// the components' logs when a figure needs explaining.
-		if err := rec.writeTimeline(filepath.Join(o.LogDir, "pods-"+short+".tsv")); err != nil {
-			res.Notes = append(res.Notes, err.Error())
-		}
-		url := ""
-		switch {
-		case sched != nil:
-			url = "https://127.0.0.1:" + strconv.Itoa(sched.Port)
-		case stock && !c.Attached():
-			url = c.SchedulerURL()
-		}
-		if url != "" {
-			page, err := saveSchedulerMetrics(ctx, c.RESTConfig(), url, filepath.Join(o.LogDir, "scheduler-metrics-"+short+".txt"))
-			if err != nil {
-				res.Notes = append(res.Notes, err.Error())
-			} else if stages, err := metrics.ParseStages(bytes.NewReader(page)); err != nil {
-				res.Notes = append(res.Notes, err.Error())
-			} else {
-				res.SchedulerStages = &stages
-			}
-		}
+}
+
+// workloadNotes notes how the workload ended and what the mode's own records add: a DRA
+// run's fallbacks and claims, a workload of controllers' stamping and extra pods, failed creates.
+func (r *modeRun) workloadNotes(w *workload) {
+	res := r.res
+	if w.full {
+		res.Notes = append(res.Notes, fmt.Sprintf("fill: stopped %s after the first pod could not be placed and the last binding; %d of %d pods created", r.s.Spec.Workload.TraceFile.QuietPeriodOrDefault(), w.pl.created.Load(), len(r.plan)))
 	}
-	cancelW()
-	wg.Wait()
-	if perr := <-playErr; perr != nil && !errors.Is(perr, context.Canceled) {
-		return nil, perr
+	if w.timedOut {
+		res.Notes = append(res.Notes, fmt.Sprintf("the workload did not finish within spec.timeout %s; pods still pending count as unscheduled", r.s.Spec.Timeout.Duration))
 	}
-	if full {
-		res.Notes = append(res.Notes, fmt.Sprintf("fill: stopped %s after the first pod could not be placed and the last binding; %d of %d pods created", s.Spec.Workload.TraceFile.QuietPeriodOrDefault(), pl.created.Load(), total))
+	if r.withDRA {
+		r.draNotes(w.pl)
 	}
-	if timedOut {
-		res.Notes = append(res.Notes, fmt.Sprintf("the workload did not finish within spec.timeout %s; pods still pending count as unscheduled", s.Spec.Timeout.Duration))
-	}
-	if withDRA {
-		rec.mu.Lock()
-		made, late := rec.claimsSeen.Len(), rec.claimsAfterEnd
-		preferred, fellBack := 0, 0
-		for _, p := range plan {
-			if r := rec.pods[p.Name]; r != nil && r.boundOK && len(r.ids) == 0 {
-				res.DRAPodsWithoutIDs++
-			}
-			if shapeOf(p.Claim).mode != gpuv1.TopologyPreferred {
-				continue
-			}
-			if r := rec.pods[p.Name]; r != nil && r.boundOK && len(r.ids) > 0 {
-				preferred++
-				if r.draFallback {
-					fellBack++
-				}
-			}
-		}
-		rec.mu.Unlock()
-		if preferred > 0 {
-			res.Notes = append(res.Notes, fmt.Sprintf("%d of %d bound pods with topology Preferred were allocated by the prioritized list's fallback (any GPUs), not in one island", fellBack, preferred))
-		}
-		res.Notes = append(res.Notes, fmt.Sprintf("kube-controller-manager made %d ResourceClaims for the %d pods created; %d of them for pods that had already finished (a finished pod's claim is deleted, and the delete brings the pod back to the resource-claim controller, which makes the claim anew from the template)", made, pl.created.Load(), late))
-	}
-	res.CreateErrors = pl.createErrors.Load()
-	if controllers {
-		res.StampP50, res.StampP99, res.ExtraPods = rec.stamping()
+	res.CreateErrors = w.pl.createErrors.Load()
+	if r.controllers {
+		res.StampP50, res.StampP99, res.ExtraPods = r.rec.stamping()
 		if res.ExtraPods > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("the Jobs and Deployments made %d pods beyond their replicas (replacements); they are not in the figures", res.ExtraPods))
 		}
@@ -718,61 +853,108 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	if res.CreateErrors > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d pod creates failed (see the log)", res.CreateErrors))
 	}
+}
 
-	// Figures.
+// draNotes counts the DRA run's bound pods without GPU IDs and notes how many topology
+// Preferred pods the prioritized list's fallback placed, and the ResourceClaims made.
+func (r *modeRun) draNotes(pl *player) {
+	rec, res := r.rec, r.res
+	rec.mu.Lock()
+	made, late := rec.claimsSeen.Len(), rec.claimsAfterEnd
+	preferred, fellBack := 0, 0
+	for _, p := range r.plan {
+		if pr := rec.pods[p.Name]; pr != nil && pr.boundOK && len(pr.ids) == 0 {
+			res.DRAPodsWithoutIDs++
+		}
+		if shapeOf(p.Claim).mode != gpuv1.TopologyPreferred {
+			continue
+		}
+		if pr := rec.pods[p.Name]; pr != nil && pr.boundOK && len(pr.ids) > 0 {
+			preferred++
+			if pr.draFallback {
+				fellBack++
+			}
+		}
+	}
+	rec.mu.Unlock()
+	if preferred > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d of %d bound pods with topology Preferred were allocated by the prioritized list's fallback (any GPUs), not in one island", fellBack, preferred))
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("kube-controller-manager made %d ResourceClaims for the %d pods created; %d of them for pods that had already finished (a finished pod's claim is deleted, and the delete brings the pod back to the resource-claim controller, which makes the claim anew from the template)", made, pl.created.Load(), late))
+}
+
+// figures computes the run's figures from what the recorder saw: placement and latency, the
+// waterfall, throughput from the first pod made, the stock run's lowest-free reading, a fill
+// run's allocation, why pods stayed unscheduled, and the writes.
+func (r *modeRun) figures(w *workload) {
+	res := r.res
 	pools := map[string]scenario.NodePool{}
-	for _, p := range s.Spec.NodePools {
+	for _, p := range r.s.Spec.NodePools {
 		pools[p.Name] = p
 	}
-	in := collect(rec, plan, pools, t0, end, mode == ModeStock)
+	in := collect(r.rec, r.plan, pools, w.t0, w.end, r.mode == ModeStock)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
-	res.Waterfall = metrics.ComputeWaterfall(rec.steps(plan, t0))
+	res.Waterfall = metrics.ComputeWaterfall(r.rec.steps(r.plan, w.t0))
 	// From the first pod made: needs the bound figures, so after Compute.
-	if len(s.Spec.Workload.Controllers) > 0 {
-		if first, ok := rec.firstSeen(); ok && res.Metrics.Bound > 0 {
-			if span := (res.Metrics.LastBound - (first - t0)).Seconds(); span > 0 {
+	if len(r.s.Spec.Workload.Controllers) > 0 {
+		if first, ok := r.rec.firstSeen(); ok && res.Metrics.Bound > 0 {
+			if span := (res.Metrics.LastBound - (first - w.t0)).Seconds(); span > 0 {
 				res.ThroughputFromMade = float64(res.Metrics.Bound) / span
 			}
 		}
 	}
-	if mode == ModeStock {
+	if r.mode == ModeStock {
 		naive := in
 		naive.StockPick = nil
 		m := metrics.Compute(naive)
 		res.LowestFree = &PlacementFigures{IslandLocal: m.IslandLocal, IslandPossible: m.IslandPossible, IslandLocalRatio: m.IslandLocalRatio, ContiguityRatio: m.ContiguityRatio}
 	}
-	if fill {
-		// Only the pods that arrived before the run stopped.
-		arrived := in
-		arrived.Pods = nil
-		rec.mu.Lock()
-		for _, p := range in.Pods {
-			if r := rec.pods[p.Name]; r != nil && r.createdOK {
-				arrived.Pods = append(arrived.Pods, p)
-			}
-		}
-		rec.mu.Unlock()
-		f := metrics.ComputeFill(arrived)
-		res.Fill = &f
+	if r.s.Spec.Workload.IsFill() {
+		res.Fill = r.fillFigures(in)
 	}
-	res.Unschedulable = map[string]int{}
-	rec.mu.Lock()
-	for _, p := range plan {
-		if r := rec.pods[p.Name]; r != nil && !r.boundOK && r.unschedulable != "" {
-			msg := r.unschedulable
+	res.Unschedulable = r.unschedulable()
+	r.writeFigures(w, in)
+}
+
+// fillFigures are a fill run's allocation figures, over the pods that arrived before it stopped.
+func (r *modeRun) fillFigures(in metrics.Input) *metrics.Fill {
+	arrived := in
+	arrived.Pods = nil
+	r.rec.mu.Lock()
+	for _, p := range in.Pods {
+		if pr := r.rec.pods[p.Name]; pr != nil && pr.createdOK {
+			arrived.Pods = append(arrived.Pods, p)
+		}
+	}
+	r.rec.mu.Unlock()
+	f := metrics.ComputeFill(arrived)
+	return &f
+}
+
+// unschedulable groups the last scheduler messages of the pods never bound.
+func (r *modeRun) unschedulable() map[string]int {
+	out := map[string]int{}
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	for _, p := range r.plan {
+		if pr := r.rec.pods[p.Name]; pr != nil && !pr.boundOK && pr.unschedulable != "" {
+			msg := pr.unschedulable
 			if len(msg) > 160 {
 				msg = msg[:160] + "..."
 			}
-			res.Unschedulable[msg]++
+			out[msg]++
 		}
 	}
-	rec.mu.Unlock()
-	diff := after.Sub(before)
-	var total64 float64
-	res.Writes, res.SchedulingWrites, res.AgentWrites, total64 = metrics.Writes(diff, liveness)
-	res.LivenessWrites = liveness.Creates + liveness.Renewals
-	_ = total64
+	return out
+}
+
+// writeFigures are the apiserver writes of the workload, by kind and per bound pod.
+func (r *modeRun) writeFigures(w *workload, in metrics.Input) {
+	res := r.res
+	diff := w.after.Sub(w.before)
+	res.Writes, res.SchedulingWrites, res.AgentWrites, _ = metrics.Writes(diff, w.liveness)
+	res.LivenessWrites = w.liveness.Creates + w.liveness.Renewals
 	for k, v := range diff {
 		if k.Resource == "events" && metrics.IsWrite(k.Verb) {
 			res.Events += v
@@ -797,68 +979,88 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		}
 		res.MeanGPUsPerPod = float64(gpus) / b
 	}
+}
 
-	// Clean up and count the leases that outlive their pods.
+// drain deletes the workload once the figures are taken and counts what outlives it: the GPU
+// leases the scheduler should have released, and a workload of controllers' claims and pods.
+func (r *modeRun) drain(ctx context.Context, last bool) (*RunResult, error) {
 	t := time.Now()
-	if stock && !external && last {
+	if r.stock && !r.external && last {
 		// The stock run's cluster is thrown away with everything in it, and it has no leases to
 		// count: deleting its pods would only add minutes to a large scenario.
-		res.Teardown = time.Since(t)
-		return res, nil
+		r.res.Teardown = time.Since(t)
+		return r.res, nil
 	}
 	// The figures are taken: stop the agents and the watch before the teardown. Every lease the
 	// scheduler releases would otherwise make the node's agent rewrite its GpuNodeStatus (at
 	// scale-5k thousands of custom-resource writes competing with the releases we wait for),
 	// and the recorder would process every pod delete. Neither deletes leases, so the count of
 	// leases left is the scheduler's alone either way.
-	stopFleet()
-	stopWatch()
-	bar.phase("deleting the workload")
-	if controllers {
-		if err := deleteControllers(ctx, cs, ns, run); err != nil {
+	r.stopFleet()
+	r.stopWatch()
+	r.bar.phase("deleting the workload")
+	if r.controllers {
+		if err := deleteControllers(ctx, r.cs, r.ns, r.run); err != nil {
 			return nil, err
 		}
 	}
-	if err := deleteWorkload(ctx, cs, ns, run); err != nil {
+	if err := deleteWorkload(ctx, r.cs, r.ns, r.run); err != nil {
 		return nil, err
 	}
-	if !stock {
-		bar.phase("waiting for the scheduler to release the GPU leases")
-		// Polls 0.2 s apart at first, then at most every 2 s: a full list of 26,000 leases five
-		// times a second slowed down the very releases it waited for, while a small run's
-		// leases are gone well within the first 2 s.
-		backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 1 << 20, Cap: 2 * time.Second}
-		deadline := time.Now().Add(5 * time.Minute)
-		for {
-			n, err := countLeases(ctx, cs)
-			res.LeasesLeft = n
-			if (err == nil && n == 0) || time.Now().After(deadline) {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(backoff.Step()):
-			}
-		}
-	}
-	if len(s.Spec.Workload.Controllers) > 0 {
-		if mode == ModePremade {
-			// The user deletes hand-made claims; templated ones go with their pods.
-			if err := gcs.GpuV1().GpuClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: LabelRun + "=" + run}); err != nil {
-				return nil, fmt.Errorf("deleting the pre-made GpuClaims in %s: %w", ns, err)
-			}
-		}
-		bar.phase("counting the GpuClaims and pods left")
-		claims, pods, err := leftovers(ctx, cs, gcs, ns, 2*time.Minute)
-		if err != nil {
+	if !r.stock {
+		if err := r.waitLeasesReleased(ctx); err != nil {
 			return nil, err
 		}
-		res.ClaimsLeft, res.PodsLeft = &claims, &pods
 	}
-	res.Teardown = time.Since(t)
-	bar.phase("")
-	return res, nil
+	if len(r.s.Spec.Workload.Controllers) > 0 {
+		if err := r.countLeftovers(ctx); err != nil {
+			return nil, err
+		}
+	}
+	r.res.Teardown = time.Since(t)
+	r.bar.phase("")
+	return r.res, nil
+}
+
+// waitLeasesReleased waits up to 5 minutes for the scheduler to release every GPU lease and
+// records how many are left.
+func (r *modeRun) waitLeasesReleased(ctx context.Context) error {
+	r.bar.phase("waiting for the scheduler to release the GPU leases")
+	// Polls 0.2 s apart at first, then at most every 2 s: a full list of 26,000 leases five
+	// times a second slowed down the very releases it waited for, while a small run's
+	// leases are gone well within the first 2 s.
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 1 << 20, Cap: 2 * time.Second}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		n, err := countLeases(ctx, r.cs)
+		r.res.LeasesLeft = n
+		if (err == nil && n == 0) || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// countLeftovers counts the GpuClaims and pods a workload of controllers left behind, after
+// deleting the pre-made run's claims as their user would.
+func (r *modeRun) countLeftovers(ctx context.Context) error {
+	if r.mode == ModePremade {
+		// The user deletes hand-made claims; templated ones go with their pods.
+		if err := r.gcs.GpuV1().GpuClaims(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: LabelRun + "=" + r.run}); err != nil {
+			return fmt.Errorf("deleting the pre-made GpuClaims in %s: %w", r.ns, err)
+		}
+	}
+	r.bar.phase("counting the GpuClaims and pods left")
+	claims, pods, err := leftovers(ctx, r.cs, r.gcs, r.ns, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	r.res.ClaimsLeft, r.res.PodsLeft = &claims, &pods
+	return nil
 }
 
 // startProfiles profiles the kube-apiserver and the scheduler (on a cluster this run started)
