@@ -62,6 +62,10 @@ const (
 	LabelSchedulerPeer = LabelPrefix + "scheduler-peer"
 	// LabelTopology names the mock topology a simulated node carries.
 	LabelTopology = LabelPrefix + "topology"
+	// LabelGPUClique is the node label NVIDIA's GPU Feature Discovery sets to a node's NVLink
+	// domain, "<clusterUUID>.<cliqueID>" (Fabric.Clique). The agent sets it too where nothing
+	// else has, so that the scheduler's topology levels and pod affinities can name it.
+	LabelGPUClique = "nvidia.com/gpu.clique"
 	// LabelGPUProduct, LabelGPUCount and LabelNVLink are set on nodes by the agent for users
 	// to select on.
 	LabelGPUProduct = LabelPrefix + "product"

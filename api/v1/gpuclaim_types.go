@@ -97,6 +97,7 @@ type GpuClaim struct {
 // GpuClaimSpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!has(self.topology) || !has(self.topology.mode) || self.topology.mode != 'Required' || self.devices.policy != 'spread'",message="policy spread places GPUs across islands and cannot be combined with topology.mode Required; use Preferred or Ignore"
 // +kubebuilder:validation:XValidation:rule="!has(self.gangSize) || (has(self.gangRef) && size(self.gangRef) > 0)",message="gangSize needs gangRef: name the gang the claim belongs to"
+// +kubebuilder:validation:XValidation:rule="!has(self.gangTopology) || (has(self.gangRef) && size(self.gangRef) > 0)",message="gangTopology needs gangRef: it places the nodes of a gang together"
 type GpuClaimSpec struct {
 	// Devices describes the GPUs needed.
 	// +required
@@ -119,6 +120,28 @@ type GpuClaimSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1024
 	GangSize *int32 `json:"gangSize,omitempty"`
+	// GangTopology places the nodes of the whole gang inside one domain of a topology level:
+	// the nodes that share a value of a node label, such as one NVLink domain
+	// (nvidia.com/gpu.clique, the same on the 18 trays of a GB200 NVL72 rack) or one rack. The
+	// level must be one of the scheduler's topologyLevels. Every claim of the gang should state
+	// the same; the first member placed decides for the gang.
+	// +optional
+	GangTopology *GangTopology `json:"gangTopology,omitempty"`
+}
+
+// GangTopology states where the nodes of a gang must, or should, be.
+type GangTopology struct {
+	// Level is the node label whose value names a domain, for example nvidia.com/gpu.clique.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	// +required
+	Level string `json:"level"`
+	// Mode is Required (the gang waits until one domain has room for all its pods, and says
+	// which domain has the most) or Preferred (one domain when one has room, else the next
+	// broader of the scheduler's topologyLevels, else anywhere).
+	// +kubebuilder:default=Preferred
+	// +optional
+	Mode TopologyMode `json:"mode,omitempty"`
 }
 
 // DeviceRequest describes the GPUs of a claim.

@@ -79,6 +79,30 @@ type GpuNodeStatusStatus struct {
 	// Message explains a node-wide problem, such as NVML failing to initialise.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Fabric is the multi-node NVLink domain the node's GPUs belong to, as NVML reports it
+	// (GB200 NVL72 and alike); absent on nodes whose GPUs are in none.
+	// +optional
+	Fabric *Fabric `json:"fabric,omitempty"`
+}
+
+// Fabric is a node's place in a multi-node NVLink domain (NVML's GPU fabric info).
+type Fabric struct {
+	// ClusterUUID identifies the NVLink domain (the same on every node of, for example, one
+	// NVL72 rack).
+	// +optional
+	ClusterUUID string `json:"clusterUUID,omitempty"`
+	// CliqueID is the partition of the domain the GPUs are in: only GPUs of one clique reach
+	// each other over NVLink.
+	// +optional
+	CliqueID int64 `json:"cliqueID,omitempty"`
+	// Clique is "<clusterUUID>.<cliqueID>", the value of the node label nvidia.com/gpu.clique
+	// (LabelGPUClique) that names the domain to the scheduler's topology levels.
+	// +optional
+	Clique string `json:"clique,omitempty"`
+	// State is the fabric's registration state: NotSupported, NotStarted, InProgress or
+	// Completed. GPUs reach their peers over NVLink only when it is Completed.
+	// +optional
+	State string `json:"state,omitempty"`
 }
 
 // Device is one GPU.
