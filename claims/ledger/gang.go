@@ -44,7 +44,7 @@ func (c *Ledger) GangFits(members []GangMember, oldest time.Time, selected func(
 				if _, err := allocator.Allocate(n, m.Req); err != nil {
 					continue
 				}
-				free = freeGPUs(n)
+				free = FreeGPUs(n)
 			} else {
 				if e.sum.fits(&m.Req) == FitNone {
 					continue
@@ -83,8 +83,8 @@ func (c *Ledger) GangFits(members []GangMember, oldest time.Time, selected func(
 	return placed
 }
 
-// freeGPUs counts a node's healthy GPUs nobody holds.
-func freeGPUs(n *allocator.Node) int {
+// FreeGPUs counts a node's healthy GPUs nobody holds.
+func FreeGPUs(n *allocator.Node) int {
 	free := 0
 	for _, g := range n.GPUs {
 		if g.Health == allocator.Healthy && g.ExclusiveHolder == "" && g.SharedHolders == 0 {

@@ -3,6 +3,7 @@ package gpuclaim
 import (
 	"bytes"
 	"fmt"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
@@ -50,6 +52,12 @@ type Args struct {
 	// a node one at a time, each once the kubelet has admitted the one before (admitgate.go).
 	// Empty: the device plugin is not in use.
 	DeviceResourceName *string `json:"deviceResourceName,omitempty"`
+	// TopologyLevels are the node labels that name topology domains above the node, narrowest
+	// first: for example nvidia.com/gpu.clique (a multi-node NVLink domain, such as one GB200
+	// NVL72 rack), then a rack label, then a block or spine label. A gang's claims name one in
+	// spec.gangTopology.level; a Preferred gang that fits no domain of its level tries the next
+	// broader one. Default: [nvidia.com/gpu.clique].
+	TopologyLevels []string `json:"topologyLevels,omitempty"`
 }
 
 // ArgsKind is the kind of the plugin's args.
@@ -77,6 +85,9 @@ func SetDefaultsArgs(a *Args) {
 	}
 	if a.MaxCandidateNodes == nil {
 		a.MaxCandidateNodes = ptr.To[int32](DefaultMaxCandidateNodes)
+	}
+	if a.TopologyLevels == nil {
+		a.TopologyLevels = []string{apiv1.LabelGPUClique}
 	}
 }
 
@@ -116,6 +127,16 @@ func ValidateArgs(path *field.Path, a *Args) error {
 	}
 	if a.MaxCandidateNodes == nil || *a.MaxCandidateNodes < 0 {
 		errs = append(errs, field.Invalid(path.Child("maxCandidateNodes"), ptr.Deref(a.MaxCandidateNodes, -1), "must not be negative (0: no cap)"))
+	}
+	seen := map[string]bool{}
+	for i, l := range a.TopologyLevels {
+		for _, m := range validation.IsQualifiedName(l) {
+			errs = append(errs, field.Invalid(path.Child("topologyLevels").Index(i), l, "must be a node label key: "+m))
+		}
+		if seen[l] {
+			errs = append(errs, field.Duplicate(path.Child("topologyLevels").Index(i), l))
+		}
+		seen[l] = true
 	}
 	return errs.ToAggregate()
 }
@@ -172,6 +193,10 @@ func (a *Args) DeepCopy() *Args {
 	if a.MaxCandidateNodes != nil {
 		out.MaxCandidateNodes = ptr.To(*a.MaxCandidateNodes)
 	}
+	if a.DeviceResourceName != nil {
+		out.DeviceResourceName = ptr.To(*a.DeviceResourceName)
+	}
+	out.TopologyLevels = slices.Clone(a.TopologyLevels)
 	return out
 }
 

@@ -9,6 +9,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/utils/ptr"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 // TestShippedConfigDecodes strict-decodes the shipped KubeSchedulerConfiguration with the
@@ -71,6 +73,9 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "negative grace", raw: `{"orphanLeaseGraceSeconds":-1}`, wantErr: "orphanLeaseGraceSeconds: Invalid value: -1: must not be negative"},
 		{name: "no gang wait", raw: `{"gangWaitSeconds":0}`, wantErr: "gangWaitSeconds: Invalid value: 0: must be between 1 and 900"},
 		{name: "gang wait beyond the framework's cap", raw: `{"gangWaitSeconds":901}`, wantErr: "gangWaitSeconds: Invalid value: 901: must be between 1 and 900"},
+		{name: "topology levels", raw: `{"topologyLevels":["nvidia.com/gpu.clique","example.com/rack"]}`},
+		{name: "topology level not a label key", raw: `{"topologyLevels":["rack name"]}`, wantErr: `args.topologyLevels[0]: Invalid value: "rack name": must be a node label key`},
+		{name: "topology level twice", raw: `{"topologyLevels":["example.com/rack","example.com/rack"]}`, wantErr: `args.topologyLevels[1]: Duplicate value: "example.com/rack"`},
 		{name: "wrong kind", raw: `{"kind":"NodeResourcesFitArgs"}`, wantErr: `kind "NodeResourcesFitArgs", want "GpuClaimPluginArgs"`},
 	}
 	for _, tt := range tests {
@@ -97,8 +102,11 @@ func TestDecodeArgs(t *testing.T) {
 	if *b.LeaseNamespace != "gpu-scheduler" {
 		t.Fatal("defaults share a pointer")
 	}
-	c, err := decodeArgs(&Args{NodeStrategy: ptr.To("least-utilized")})
-	if err != nil || *c.NodeStrategy != "least-utilized" {
-		t.Fatalf("typed args: %+v, %v", c, err)
+	c, err := decodeArgs(&Args{NodeStrategy: ptr.To("least-utilized"), DeviceResourceName: ptr.To("gpu.scheduling/gpu"), TopologyLevels: []string{"example.com/rack"}})
+	if err != nil || *c.NodeStrategy != "least-utilized" || ptr.Deref(c.DeviceResourceName, "") != "gpu.scheduling/gpu" || len(c.TopologyLevels) != 1 {
+		t.Fatalf("typed args lost on the copy: %+v, %v", c, err)
+	}
+	if a.TopologyLevels[0] != apiv1.LabelGPUClique {
+		t.Fatalf("default topologyLevels %v", a.TopologyLevels)
 	}
 }

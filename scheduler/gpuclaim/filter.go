@@ -34,6 +34,9 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if !ledger.SelectorMatches(s.claim, node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ledger.ReasonSelector)
 	}
+	if !s.domain.holds(node.Labels) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonOutsideDomain)
+	}
 	if len(node.Name) > validation.LabelValueMaxLength && apiv1.CheckNodeName(node.Name) != nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ledger.ReasonNodeName)
 	}

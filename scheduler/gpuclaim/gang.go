@@ -102,14 +102,15 @@ func (p *Plugin) gangPlaced(g gang) int {
 	return n
 }
 
-// gangPreFilter says why a gang member may not be placed yet; nil when it may.
-func (p *Plugin) gangPreFilter(claim *apiv1.GpuClaim, oldest time.Time) *fwk.Status {
+// gangPreFilter says why a gang member may not be placed yet; nil when it may, with the
+// topology domain its nodes must be in (gangtopology.go; the zero domain: anywhere).
+func (p *Plugin) gangPreFilter(claim *apiv1.GpuClaim, oldest time.Time) (domain, *fwk.Status) {
 	g, err := p.gangOf(claim)
 	if err != nil {
-		return fwk.AsStatus(err)
+		return domain{}, fwk.AsStatus(err)
 	}
 	if len(g.members) < g.size {
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf(
+		return domain{}, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf(
 			"gang %s has %d of its %d GpuClaims; its pods are scheduled together once all exist", g.key, len(g.members), g.size))
 	}
 	withPods := 0
@@ -124,25 +125,29 @@ func (p *Plugin) gangPreFilter(claim *apiv1.GpuClaim, oldest time.Time) *fwk.Sta
 		}
 		req, err := ledger.RequestFor(c)
 		if err != nil {
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s: member GpuClaim %s/%s is invalid: %v", g.key, c.Namespace, c.Name, err))
+			return domain{}, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s: member GpuClaim %s/%s is invalid: %v", g.key, c.Namespace, c.Name, err))
 		}
 		unplaced = append(unplaced, ledger.GangMember{Claim: c, Req: req})
 	}
 	if withPods < g.size {
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf(
+		return domain{}, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf(
 			"gang %s: %d of its %d GpuClaims have a pod; its pods are scheduled together once all do", g.key, withPods, g.size))
 	}
-	need := g.size - (withPods - len(unplaced))
-	if need <= 0 {
-		return nil
+	need := max(0, g.size-(withPods-len(unplaced)))
+	if claim.Spec.GangTopology != nil {
+		// The domain check includes the fit: every member still to place, inside the domain.
+		return p.gangDomain(g, claim, unplaced, need, oldest)
+	}
+	if need == 0 {
+		return domain{}, nil
 	}
 	// The message leaves out how many would fit: it changes with every GPU freed or taken,
 	// and each change would be one more claim status write and one more event per member.
 	if fit := p.ledger.GangFits(unplaced, oldest, p.nodeSelected); fit < need {
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf(
+		return domain{}, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf(
 			"gang %s: the free GPUs cannot take all %d pods still to place at once; none is placed until they can", g.key, need))
 	}
-	return nil
+	return domain{}, nil
 }
 
 // allowGang lets every waiting member of a gang go on to PreBind.

@@ -128,8 +128,10 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	key, req, pn := prep.Key, prep.Req, prep.Pin
 
 	oldest := p.clock.Now().Add(-p.freshness)
+	var dom domain
 	if claim.Spec.GangRef != "" {
-		if st := p.gangPreFilter(claim, oldest); st != nil {
+		var st *fwk.Status
+		if dom, st = p.gangPreFilter(claim, oldest); st != nil {
 			pending(st.Message())
 			// Kept for preemption's dry run, whose Filter calls must refuse every node: a gang
 			// does not evict pods for one of its members.
@@ -150,7 +152,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 
 	tier, uncapped := p.relaxed.tier(pod.UID)
 	nodes, stale := p.ledger.Candidates(&req, oldest, func(node string) bool {
-		return p.nodeSelected(claim, node)
+		return p.nodeSelected(claim, node) && p.inDomain(dom, node)
 	})
 	defer ledger.ReleaseCandidates(nodes)
 	// The best tier that has nodes is offered; a pod whose earlier attempt saw every offered
@@ -184,10 +186,10 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	chosen, capped := ledger.PickCandidates(tiers, strategy, limit)
 	// A pod that still holds leases from an attempt that crashed before binding may use those
 	// GPUs again (Filter ignores its own holds), even if the summary counts them as taken.
-	if own, _ := p.ledger.HoldsOf(pod.UID); own != "" && pod.Spec.NodeName == "" && !slices.Contains(chosen, own) && p.nodeSelected(claim, own) {
+	if own, _ := p.ledger.HoldsOf(pod.UID); own != "" && pod.Spec.NodeName == "" && !slices.Contains(chosen, own) && p.nodeSelected(claim, own) && p.inDomain(dom, own) {
 		chosen = append(chosen, own)
 	}
-	s := &stateData{claim: claim, key: key, req: req, reqKey: ledger.RequestKey(&req), tier: used, capped: capped, gang: ledger.GangKey(claim), offered: len(chosen) > 0, makeClaim: unmade, results: newNodeResults()}
+	s := &stateData{claim: claim, key: key, req: req, reqKey: ledger.RequestKey(&req), tier: used, capped: capped, gang: ledger.GangKey(claim), domain: dom, offered: len(chosen) > 0, makeClaim: unmade, results: newNodeResults()}
 	// Written even when no node has room, so that preemption (a PostFilter) can ask Filter
 	// whether evicting lower-priority pods would make some.
 	cs.Write(stateKey, s)

@@ -32,6 +32,9 @@ type stateData struct {
 	capped bool
 	// gang is "namespace/gangRef" of the claim; empty outside a gang.
 	gang string
+	// domain is the topology domain the gang's nodes must be in (gangtopology.go); the zero
+	// domain outside a gang with spec.gangTopology.
+	domain domain
 	// offered is false when PreFilter found no node with room: the state is kept only so that
 	// preemption can ask Filter whether evicting pods would make room.
 	offered bool
