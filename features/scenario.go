@@ -109,6 +109,7 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	})
 	sc.StepContext().After(s.afterStep)
 	registerTopologySteps(sc)
+	registerDomainSteps(sc)
 	registerWorkloadSteps(sc)
 	registerLeaseSteps(sc)
 	registerHealthSteps(sc)

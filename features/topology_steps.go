@@ -35,13 +35,22 @@ func clusterOf(ctx context.Context, n int, topology string) error {
 func nodesLabelled(ctx context.Context, n int, topology, labelList string) error {
 	l := map[string]string{}
 	for _, kv := range strings.Split(labelList, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok {
-			return fmt.Errorf("label %q: want key=value", kv)
+		k, v, err := splitLabel(kv)
+		if err != nil {
+			return err
 		}
 		l[k] = v
 	}
 	return state(ctx).addNodes(ctx, n, topology, l)
+}
+
+// splitLabel reads "key=value".
+func splitLabel(kv string) (key, value string, err error) {
+	k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+	if !ok {
+		return "", "", fmt.Errorf("label %q: want key=value", kv)
+	}
+	return k, v, nil
 }
 
 // addNodes creates n kwok nodes with a mock topology, as one node pool of the scenario, and

@@ -63,7 +63,7 @@ func (p *Plugin) gangDomain(g gang, claim *apiv1.GpuClaim, unplaced []ledger.Gan
 	labels := p.nodeLabels()
 	placed := p.gangNodes(g)
 	for _, level := range try {
-		d, fits, why := p.domainAt(level, labels, placed, unplaced, need, oldest)
+		d, fits, why := p.domainAt(claim, level, labels, placed, unplaced, need, oldest)
 		if fits {
 			return d, nil
 		}
@@ -76,8 +76,8 @@ func (p *Plugin) gangDomain(g gang, claim *apiv1.GpuClaim, unplaced []ledger.Gan
 
 // domainAt chooses the domain of level for the gang: the one its placed members are in, or the
 // best-fitting one with room for all need members still to place. fits is false, with why,
-// when there is none.
-func (p *Plugin) domainAt(level string, labels map[string]map[string]string, placed []string, unplaced []ledger.GangMember, need int, oldest time.Time) (d domain, fits bool, why string) {
+// when there is none. Domains are counted on the nodes claim's selector allows.
+func (p *Plugin) domainAt(claim *apiv1.GpuClaim, level string, labels map[string]map[string]string, placed []string, unplaced []ledger.GangMember, need int, oldest time.Time) (d domain, fits bool, why string) {
 	in := func(d domain) func(*apiv1.GpuClaim, string) bool {
 		return func(c *apiv1.GpuClaim, node string) bool {
 			return d.holds(labels[node]) && p.nodeSelected(c, node)
@@ -108,7 +108,7 @@ func (p *Plugin) domainAt(level string, labels map[string]map[string]string, pla
 	blocks := map[string]*block{}
 	for node, l := range labels {
 		v, ok := l[level]
-		if !ok {
+		if !ok || !p.nodeSelected(claim, node) {
 			continue
 		}
 		b := blocks[v]
@@ -137,7 +137,7 @@ func (p *Plugin) domainAt(level string, labels map[string]map[string]string, pla
 	case best != nil:
 		return best.d, true, ""
 	case largest == nil:
-		return domain{}, false, fmt.Sprintf("no node has the label %s", level)
+		return domain{}, false, fmt.Sprintf("no node the claim may use has the label %s", level)
 	default:
 		return domain{}, false, fmt.Sprintf("no domain of %s has room for all %d pods at once; the largest free block is %d GPUs on %d nodes in %s",
 			level, need, largest.free, largest.size, largest.d)
