@@ -92,3 +92,19 @@ func TestGangTopology(t *testing.T) {
 	_, st = e.p.PreFilter(t.Context(), framework.NewCycleState(), pods["rack0"], nil)
 	wantStatus(t, "unknown level", st, fwk.UnschedulableAndUnresolvable, `spec.gangTopology.level "example.com/rack" is not one of the scheduler's topologyLevels [nvidia.com/gpu.clique]`)
 }
+
+// TestPendingNamesTheSelector: a claim whose selector rules out every node with room says so,
+// with the count, rather than only that no node has the GPUs.
+func TestPendingNamesTheSelector(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", map[string]string{"pool": "a100"}), ledgertest.Node("b", map[string]string{"pool": "a100"})},
+		ledgertest.Claim("h100", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 4}, Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{"pool": "h100", "zone": "z1"}}}),
+		ledgertest.Claim("any", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 8}}))
+	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), ledgertest.Pod("p", "h100"), nil)
+	wantStatus(t, "selector matching no node", st, fwk.Unschedulable,
+		"no node has 4 healthy free GPUs for GpuClaim ns/h100; 2 nodes with room do not match its selector pool=h100,zone=z1")
+	// A claim no node has room for, with no selector, says only that.
+	_, st = e.p.PreFilter(t.Context(), framework.NewCycleState(), ledgertest.Pod("q", "any"), nil)
+	if st.Message() != "no node has 8 healthy free GPUs for GpuClaim ns/any" {
+		t.Fatalf("PreFilter without a selector: %q", st.Message())
+	}
+}

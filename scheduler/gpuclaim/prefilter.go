@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -194,7 +196,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	// whether evicting lower-priority pods would make some.
 	cs.Write(stateKey, s)
 	if len(chosen) == 0 {
-		msg := p.noNodeMessage(key, &req, stale)
+		msg := p.noNodeMessage(claim, key, &req, stale, dom, oldest)
 		pending(msg)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg), metrics.ReasonNoFit
 	}
@@ -311,7 +313,7 @@ func (p *Plugin) nodeSelected(claim *apiv1.GpuClaim, node string) bool {
 	return ledger.SelectorMatches(claim, ni.Node())
 }
 
-func (p *Plugin) noNodeMessage(key string, req *allocator.Request, stale int) string {
+func (p *Plugin) noNodeMessage(claim *apiv1.GpuClaim, key string, req *allocator.Request, stale int, dom domain, oldest time.Time) string {
 	what := fmt.Sprintf("%d healthy free GPUs", req.Count)
 	if req.Exclusivity == allocator.Shared {
 		what = fmt.Sprintf("%d healthy shareable GPUs", req.Count)
@@ -326,5 +328,45 @@ func (p *Plugin) noNodeMessage(key string, req *allocator.Request, stale int) st
 	if stale > 0 {
 		msg += fmt.Sprintf(" (%d nodes ignored: GpuNodeStatus and agent liveness lease older than %s)", stale, p.freshness)
 	}
-	return msg
+	return msg + p.ruledOut(claim, req, dom, oldest)
+}
+
+// ruledOut names what kept nodes with room for the request away from the claim: its selector,
+// or its gang's topology domain, with how many nodes each ruled out. Empty when neither did.
+// It runs only for a claim that found no node, and only judges the ledger's summaries.
+func (p *Plugin) ruledOut(claim *apiv1.GpuClaim, req *allocator.Request, dom domain, oldest time.Time) string {
+	hasSelector := claim.Spec.Selector != nil && len(claim.Spec.Selector.MatchLabels) > 0
+	if (!hasSelector && dom.level == "") || p.handle == nil {
+		return ""
+	}
+	infos, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return ""
+	}
+	bySelector, byDomain := 0, 0
+	for _, ni := range infos {
+		n := ni.Node()
+		if n == nil || !p.ledger.FitsOn(n.Name, req, oldest) {
+			continue
+		}
+		switch {
+		case !ledger.SelectorMatches(claim, n):
+			bySelector++
+		case !dom.holds(n.Labels):
+			byDomain++
+		}
+	}
+	out := ""
+	if bySelector > 0 {
+		keys := slices.Sorted(maps.Keys(claim.Spec.Selector.MatchLabels))
+		pairs := make([]string, len(keys))
+		for i, k := range keys {
+			pairs[i] = k + "=" + claim.Spec.Selector.MatchLabels[k]
+		}
+		out += fmt.Sprintf("; %d nodes with room do not match its selector %s", bySelector, strings.Join(pairs, ","))
+	}
+	if byDomain > 0 {
+		out += fmt.Sprintf("; %d nodes with room are outside its gang's domain %s", byDomain, dom)
+	}
+	return out
 }
