@@ -37,6 +37,9 @@ go run ./hack/nodates $(git ls-files '*.go'; git ls-files --others --exclude-sta
 # (claims/, claims/ledger) share what they need without it.
 go test -count=1 -run TestBinariesLinkNoSchedulerFramework ./claims/
 
+# No binary a release ships links the simulation harness (sim/: the agent fleet, the DRA baseline).
+go test -count=1 -run TestProductBinariesLinkNoHarness ./sim/
+
 # The image builder is a module of its own (hack/images): ./... above does not reach it.
 if ! tidy=$(go -C hack/images mod tidy -diff 2>&1); then
 	echo "hack/images/go.mod is not tidy: run 'go -C hack/images mod tidy' and commit the result" >&2
