@@ -19,6 +19,8 @@ Feature: Bad input gets a clear answer
       | negative bandwidth       | {devices: {count: 1}, topology: {minBandwidthGBps: -5}}           | spec.topology.minBandwidthGBps: Invalid value: -5: spec.topology.minBandwidthGBps in body should be greater than or equal to 0            |
       | spread with Required     | {devices: {count: 2, policy: spread}, topology: {mode: Required}} | spec: Invalid value: policy spread places GPUs across islands and cannot be combined with topology.mode Required; use Preferred or Ignore |
       | no devices               | {topology: {mode: Preferred}}                                     | spec.devices: Required value                                                                                                              |
+      | gangTopology, no gang    | {devices: {count: 4}, gangTopology: {level: nvidia.com/gpu.clique}} | spec.gangTopology: Invalid value: gangTopology places the nodes of a gang together: set spec.gangRef                                     |
+      | gangTopology, no level   | {devices: {count: 4}, gangRef: g, gangTopology: {mode: Required}} | spec.gangTopology.level: Required value                                                                                                   |
 
   Scenario: A claim the scheduler cannot serve as written is Failed with the reason
     Given a cluster of 1 "dgx-a100" node

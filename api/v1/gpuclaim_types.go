@@ -84,6 +84,7 @@ const MaxGPUsPerClaim = MaxGPUsPerNode
 
 // GpuClaim is a declarative request for GPUs, named by a pod through the gpu.scheduling/claim
 // annotation. One claim serves one live pod at a time.
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.gangTopology) || (has(self.spec.gangRef) && size(self.spec.gangRef) > 0)",message="gangTopology places the nodes of a gang together: set spec.gangRef",fieldPath=".spec.gangTopology"
 type GpuClaim struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -97,7 +98,6 @@ type GpuClaim struct {
 // GpuClaimSpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!has(self.topology) || !has(self.topology.mode) || self.topology.mode != 'Required' || self.devices.policy != 'spread'",message="policy spread places GPUs across islands and cannot be combined with topology.mode Required; use Preferred or Ignore"
 // +kubebuilder:validation:XValidation:rule="!has(self.gangSize) || (has(self.gangRef) && size(self.gangRef) > 0)",message="gangSize needs gangRef: name the gang the claim belongs to"
-// +kubebuilder:validation:XValidation:rule="!has(self.gangTopology) || (has(self.gangRef) && size(self.gangRef) > 0)",message="gangTopology needs gangRef: it places the nodes of a gang together"
 type GpuClaimSpec struct {
 	// Devices describes the GPUs needed.
 	// +required

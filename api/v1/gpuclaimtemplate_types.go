@@ -26,6 +26,7 @@ type GpuClaimTemplate struct {
 }
 
 // GpuClaimTemplateSpec is what every claim made from the template gets.
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.gangTopology) || (has(self.spec.gangRef) && size(self.spec.gangRef) > 0)",message="gangTopology places the nodes of a gang together: set spec.gangRef",fieldPath=".spec.gangTopology"
 type GpuClaimTemplateSpec struct {
 	// Metadata holds the labels and annotations copied onto every claim made from the template.
 	// +optional

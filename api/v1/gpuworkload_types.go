@@ -118,6 +118,7 @@ type GpuWorkload struct {
 // GpuWorkloadSpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !self.gang || self.replicas > 0",message="a gang needs at least 1 replica",fieldPath=".replicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !self.gang || has(self.claim.spec)",message="gang: true needs an inline claim.spec (the controller sets its gangRef and gangSize); a GpuClaimTemplate's claims carry the template's own gangRef",fieldPath=".claim"
+// +kubebuilder:validation:XValidation:rule="!has(self.claim) || !has(self.claim.spec) || !has(self.claim.spec.gangTopology) || (has(self.gang) && self.gang)",message="claim.spec.gangTopology needs gang: true: it places the nodes of the workload's gang together",fieldPath=".claim"
 type GpuWorkloadSpec struct {
 	// Replicas is how many pods run, each with its own claim.
 	// +kubebuilder:default=1
