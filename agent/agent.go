@@ -199,6 +199,11 @@ type Agent struct {
 	readAt        time.Time
 	nextTelemetry time.Time
 	xids          map[int]xidCount
+	// fabric is each answering GPU's multi-node NVLink domain as the last probe read it; it
+	// outlives a session, like the inventory, so that a fenced node keeps its domain.
+	fabric []status.GPUFabric
+	// cliqueNote is the clique label conflict last logged, so that it is logged once.
+	cliqueNote string
 }
 
 type xidCount struct{ count, last int64 }
@@ -493,6 +498,7 @@ func (a *Agent) probeAll(ctx context.Context) {
 			return
 		}
 	}
+	a.fabric = a.fabric[:0]
 	for i, d := range a.session.devices {
 		err := d.Probe()
 		a.health.Probe(d.Index(), err)
@@ -503,6 +509,16 @@ func (a *Agent) probeAll(ctx context.Context) {
 		a.lost[d.Index()] = isLost
 		if err == nil && i < len(a.inventory) && a.inventory[i].Lost != nil {
 			a.rediscover = true // it answers again: read its facts and links
+		}
+		if err == nil {
+			// Every probe, not once at discovery: the fabric manager registers the GPUs
+			// after boot (NotStarted, InProgress, Completed), and a rack can be re-partitioned.
+			f, ferr := d.Fabric()
+			if ferr != nil {
+				klog.FromContext(ctx).V(2).Info("Reading the GPU's NVLink fabric failed", "gpu", d.Index(), "err", ferr)
+				continue
+			}
+			a.fabric = append(a.fabric, status.GPUFabric{Index: d.Index(), Fabric: f})
 		}
 	}
 	a.nextProbe = a.cfg.Clock.Now().Add(a.cfg.ProbeInterval)
@@ -552,7 +568,18 @@ func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
 	if len(devices) == 0 && a.fenced != "" {
 		message = a.fenced + "; retrying"
 	}
+	var fabric *apiv1.Fabric
+	if a.inventory != nil {
+		var why string
+		fabric, why = status.NodeFabric(a.fabric)
+		if message == "" {
+			message = why
+		}
+	} else if last := a.writer.Last(); last != nil {
+		fabric = last.Status.Fabric // as the GPUs above: what the last status knew
+	}
 	st := status.Summarize(devices, message)
+	st.Fabric = fabric
 	if len(a.readings) > 0 && a.inventory != nil {
 		st.TelemetryTime = &metav1.Time{Time: a.readAt}
 	}
@@ -600,7 +627,18 @@ func (a *Agent) sync(ctx context.Context) {
 	}
 	_, err = a.writer.Sync(ctx, node, want)
 	if err == nil && a.inventory != nil && a.fenced == "" {
-		_, err = a.writer.SyncLabels(ctx, node, status.Labels(want.Devices, hasNVLink(a.inventory)))
+		clique := ""
+		if want.Fabric != nil {
+			clique = want.Fabric.Clique
+		}
+		var conflict string
+		_, conflict, err = a.writer.SyncLabels(ctx, node, status.Labels(want.Devices, hasNVLink(a.inventory)), clique)
+		if conflict != a.cliqueNote {
+			if conflict != "" {
+				logger.Info("Leaving the node's clique label alone", "reason", conflict)
+			}
+			a.cliqueNote = conflict
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {

@@ -35,7 +35,10 @@ type harness struct {
 	gpu    *gpufake.Clientset
 	kube   *fake.Clientset
 	leases cache.Indexer
-	agent  *agent.Agent
+	// nodes is the agent's node cache; refreshNode copies the fake's node into it.
+	nodes cache.Indexer
+	rv    int
+	agent *agent.Agent
 }
 
 // newHarness runs an agent over a mock topology whose NVML initialisation fails with initErr
@@ -49,13 +52,19 @@ func newHarness(t *testing.T, topology string, initErr nvml.Return, existing ...
 // load follows the harness's fake clock.
 func newHarnessWith(t *testing.T, topology string, initErr nvml.Return, edit func(*agent.Config), existing ...*apiv1.GpuNodeStatus) *harness {
 	t.Helper()
+	return newHarnessOnNode(t, topology, initErr, nil, edit, existing...)
+}
+
+// newHarnessOnNode is newHarnessWith on a node that starts with labels.
+func newHarnessOnNode(t *testing.T, topology string, initErr nvml.Return, labels map[string]string, edit func(*agent.Config), existing ...*apiv1.GpuNodeStatus) *harness {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1e9, 0))
 	srv, err := mock.New(topology, mock.WithSeed(node), mock.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.SetInitError(initErr)
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid", ResourceVersion: "1"}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid", ResourceVersion: "1", Labels: labels}}
 	h := &harness{t: t, clk: clk, srv: srv, kube: fake.NewClientset(n)}
 	objs := make([]runtime.Object, 0, len(existing))
 	for _, e := range existing {
@@ -70,7 +79,7 @@ func newHarnessWith(t *testing.T, topology string, initErr nvml.Return, edit fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.leases = inf.GetIndexer()
+	h.leases, h.nodes, h.rv = inf.GetIndexer(), nodes, 1
 	cfg := agent.Config{
 		NodeName: node, GPUs: nvmlgpu.New(srv, nvmlgpu.Options{EventWaitTimeout: 5 * time.Millisecond}),
 		GPUClient: h.gpu, KubeClient: h.kube, Nodes: corelisters.NewNodeLister(nodes), Leases: h.leases, Clock: h.clk,

@@ -45,6 +45,34 @@ type Device interface {
 	// Telemetry reads the GPU's utilisation, memory, temperature, power and ECC counters. A
 	// reading the GPU does not support is left nil; an error means the GPU did not answer.
 	Telemetry() (Telemetry, error)
+	// Fabric reads the GPU's place in a multi-node NVLink domain (GB200 NVL72 and alike). A
+	// GPU outside any such domain answers a Fabric whose State is FabricNotSupported.
+	Fabric() (Fabric, error)
+}
+
+// FabricState is how far a GPU's registration with its NVLink fabric has come; the values
+// match NVML's nvmlGpuFabricState_t.
+type FabricState int
+
+const (
+	// FabricNotSupported: the GPU is in no multi-node NVLink domain.
+	FabricNotSupported FabricState = 0
+	// FabricNotStarted: the GPU has not begun registering with the fabric manager.
+	FabricNotStarted FabricState = 1
+	// FabricInProgress: registration has begun and not ended.
+	FabricInProgress FabricState = 2
+	// FabricCompleted: registration ended; Fabric.Err says whether it succeeded.
+	FabricCompleted FabricState = 3
+)
+
+// Fabric is a GPU's multi-node NVLink domain. ClusterUUID and CliqueID mean something only
+// once State is FabricCompleted and Err is nil: before, NVML reports them as zero.
+type Fabric struct {
+	State FabricState
+	// Err is why a completed registration failed (NVML's fabric status); nil when it succeeded.
+	Err         error
+	ClusterUUID string
+	CliqueID    uint32
 }
 
 // Telemetry is one reading of a GPU's load and error counters. Nil fields are readings the

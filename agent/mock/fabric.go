@@ -19,6 +19,12 @@ func (d *Device) GetGpuFabricInfo() (nvml.GpuFabricInfo, nvml.Return) {
 	if ret := d.answer(); ret != nvml.SUCCESS {
 		return nvml.GpuFabricInfo{}, ret
 	}
+	d.server.mu.Lock()
+	override := d.fabric
+	d.server.mu.Unlock()
+	if override != nil {
+		return override.Info, override.Return
+	}
 	m := d.server.multiNode
 	if m == nil {
 		return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED
@@ -45,4 +51,23 @@ func FabricDomain(topology, seed string, perDomain int) uuid.UUID {
 		}
 	}
 	return uuid.NewSHA1(uuidSpace, fmt.Appendf(nil, "fabric/%s/%s/%d", topology, pool, domain))
+}
+
+// FabricAnswer is what GetGpuFabricInfo answers for one GPU when SetFabric overrides the
+// hardware description: a fabric that registers late, fails, moves or disappears.
+type FabricAnswer struct {
+	Info   nvml.GpuFabricInfo
+	Return nvml.Return
+}
+
+// SetFabric makes GPU index answer a instead of what its hardware describes; nil restores the
+// description. It reports whether the GPU exists.
+func (s *Server) SetFabric(index int, a *FabricAnswer) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index < 0 || index >= len(s.devices) {
+		return false
+	}
+	s.devices[index].fabric = a
+	return true
 }

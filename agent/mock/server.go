@@ -71,6 +71,8 @@ type Device struct {
 	pinned int
 	// doubleBit counts the double-bit ECC errors injected.
 	doubleBit uint64
+	// fabric, when set, is what GetGpuFabricInfo answers (SetFabric).
+	fabric *FabricAnswer
 }
 
 var _ nvml.Device = &Device{}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/uuid"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -413,6 +414,34 @@ func (d *device) Telemetry() (gpu.Telemetry, error) {
 		t.ECCUncorrected = ptrTo(int64(uncorrected))
 	}
 	return t, nil
+}
+
+// Fabric reads NVML's GPU fabric info. It calls the first version of the query: go-nvml's
+// versioned one (GetGpuFabricInfoV) returns a handler only go-nvml itself can build, which no
+// mock library can answer, and the first version carries every field the agent reads. A GPU
+// or driver without a fabric answers NOT_SUPPORTED, which is no error but a GPU in no domain.
+func (d *device) Fabric() (gpu.Fabric, error) {
+	info, ret := d.dev.GetGpuFabricInfo() //nolint:staticcheck // SA1019: see above
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		return gpu.Fabric{State: gpu.FabricNotSupported}, nil
+	}
+	if err := check(ret, "read fabric info of GPU %d", d.index); err != nil {
+		return gpu.Fabric{}, err
+	}
+	f := gpu.Fabric{State: gpu.FabricState(info.State)}
+	if f.State != gpu.FabricCompleted {
+		return f, nil
+	}
+	if err := check(nvml.Return(info.Status), "register GPU %d with the NVLink fabric", d.index); err != nil {
+		f.Err = err
+		return f, nil
+	}
+	u, err := uuid.FromBytes(info.ClusterUuid[:])
+	if err != nil {
+		return gpu.Fabric{}, fmt.Errorf("read fabric info of GPU %d: cluster UUID: %w", d.index, err)
+	}
+	f.ClusterUUID, f.CliqueID = u.String(), info.CliqueId
+	return f, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -93,6 +93,11 @@ func TestRealNVML(t *testing.T) {
 		if (tm.ECCCorrected != nil && *tm.ECCCorrected < 0) || (tm.ECCUncorrected != nil && *tm.ECCUncorrected < 0) {
 			t.Errorf("GPU %d: negative ECC counts", d.Index)
 		}
+		f, err := devs[i].Fabric()
+		t.Logf("GPU %d NVLink fabric: %+v", d.Index, f)
+		if err != nil {
+			t.Errorf("GPU %d NVLink fabric: %v", d.Index, err)
+		}
 		h, ret := nvml.DeviceGetHandleByIndex(d.Index)
 		if ret == nvml.SUCCESS {
 			ev, ret := h.GetSupportedEventTypes()
@@ -249,5 +254,46 @@ func TestTelemetry(t *testing.T) {
 	}
 	if _, err := devs[2].Telemetry(); !errors.Is(err, gpu.ErrLost) {
 		t.Errorf("telemetry of a lost GPU: %v, want ErrLost", err)
+	}
+}
+
+// TestFabric reads the NVLink fabric as NVML answers it: a registered GPU's cluster UUID and
+// clique, NOT_SUPPORTED as a GPU in no domain, a registration still running without a clique,
+// and a failed registration as the fabric's error.
+func TestFabric(t *testing.T) {
+	srv, err := mock.New("gb200-nvl72", mock.WithSeed("rack-20"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := nvmlgpu.New(srv, nvmlgpu.Options{})
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := lib.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := gpu.Fabric{State: gpu.FabricCompleted, ClusterUUID: mock.FabricDomain("gb200-nvl72", "rack-20", 18).String(), CliqueID: 1}
+	if f, err := devs[0].Fabric(); err != nil || f != want {
+		t.Errorf("registered: %+v, %v; want %+v", f, err, want)
+	}
+	srv.SetFabric(0, &mock.FabricAnswer{Return: nvml.ERROR_NOT_SUPPORTED})
+	if f, err := devs[0].Fabric(); err != nil || f != (gpu.Fabric{State: gpu.FabricNotSupported}) {
+		t.Errorf("NOT_SUPPORTED: %+v, %v; want NotSupported and no error", f, err)
+	}
+	srv.SetFabric(0, &mock.FabricAnswer{Info: nvml.GpuFabricInfo{State: nvml.GPU_FABRIC_STATE_IN_PROGRESS, CliqueId: 5}})
+	if f, err := devs[0].Fabric(); err != nil || f != (gpu.Fabric{State: gpu.FabricInProgress}) {
+		t.Errorf("in progress: %+v, %v; want InProgress without a clique", f, err)
+	}
+	srv.SetFabric(0, &mock.FabricAnswer{Info: nvml.GpuFabricInfo{State: nvml.GPU_FABRIC_STATE_COMPLETED, Status: uint32(nvml.ERROR_TIMEOUT)}})
+	if f, err := devs[0].Fabric(); err != nil || f.State != gpu.FabricCompleted || !errors.Is(f.Err, nvml.ERROR_TIMEOUT) {
+		t.Errorf("failed registration: %+v, %v; want Completed with the timeout as its error", f, err)
+	}
+	srv.SetFabric(0, &mock.FabricAnswer{Return: nvml.ERROR_UNKNOWN})
+	if _, err := devs[0].Fabric(); !errors.Is(err, nvml.ERROR_UNKNOWN) {
+		t.Errorf("NVML failure: %v, want ERROR_UNKNOWN", err)
+	}
+	if f, err := devs[1].Fabric(); err != nil || f != want {
+		t.Errorf("GPU 1 (not overridden): %+v, %v; want %+v", f, err, want)
 	}
 }

@@ -60,7 +60,7 @@ func sameHardware(a, b apiv1.GpuNodeStatusStatus) bool {
 }
 
 func sameCounts(a, b apiv1.GpuNodeStatusStatus) bool {
-	return a.Total == b.Total && a.Healthy == b.Healthy && a.Message == b.Message
+	return a.Total == b.Total && a.Healthy == b.Healthy && a.Message == b.Message && fabricEqual(a.Fabric, b.Fabric)
 }
 
 func devicesEqual(x, y []apiv1.Device, usage bool) bool {
@@ -439,28 +439,102 @@ func LabelValue(s string) string {
 	return strings.Trim(string(b), "-_.")
 }
 
-// SyncLabels patches node's GPU labels when they differ from want; it reports whether it did.
-func (w *Writer) SyncLabels(ctx context.Context, node *corev1.Node, want map[string]string) (bool, error) {
+// SyncLabels patches node's GPU labels when they differ from want, and its clique label
+// (apiv1.LabelGPUClique) as CliqueChange says for clique ("" when the node is in no
+// registered NVLink domain); it reports whether it patched and, when the clique label is
+// someone else's and says otherwise, why it was left alone.
+func (w *Writer) SyncLabels(ctx context.Context, node *corev1.Node, want map[string]string, clique string) (bool, string, error) {
 	if node == nil {
-		return false, nil
+		return false, "", nil
 	}
-	diff := map[string]string{}
+	labels := map[string]any{}
 	for k, v := range want {
 		if node.Labels[k] != v {
-			diff[k] = v
+			labels[k] = v
 		}
 	}
-	if len(diff) == 0 || node.ResourceVersion == w.labelsFrom && w.labelsFrom != "" {
-		return false, nil
+	change := CliqueChange(node, clique)
+	maps.Copy(labels, change.Labels)
+	if len(labels) == 0 && len(change.Annotations) == 0 || node.ResourceVersion == w.labelsFrom && w.labelsFrom != "" {
+		return false, change.Conflict, nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": maps.Clone(diff)}})
+	meta := map[string]any{"labels": labels}
+	if len(change.Labels) > 0 || len(change.Annotations) > 0 {
+		meta["annotations"] = change.Annotations
+		// The clique label is set only where nobody else has set one: the resourceVersion
+		// the decision was made on makes the patch fail, rather than overwrite, when the
+		// node changed since (NVIDIA's labeller set the label in between); the next loop
+		// decides again on the node as it is then.
+		meta["resourceVersion"] = node.ResourceVersion
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
-		return false, fmt.Errorf("label node %s: %w", node.Name, err)
+		return false, change.Conflict, fmt.Errorf("label node %s: %w", node.Name, err)
 	}
 	if _, err := w.cfg.KubeClient.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return false, fmt.Errorf("label node %s: %w", node.Name, err)
+		return false, change.Conflict, fmt.Errorf("label node %s: %w", node.Name, err)
 	}
 	metrics.LabelPatches.Inc()
 	w.labelsFrom = node.ResourceVersion
-	return true, nil
+	return true, change.Conflict, nil
+}
+
+// AnnotationClique records on the node the value of the clique label (apiv1.LabelGPUClique)
+// the agent set, so that the agent changes or removes only a value it set itself.
+//
+// NVIDIA's GPU Feature Discovery sets the same label, through node-feature-discovery, with
+// the same value. An annotation rather than server-side apply's field ownership: the agents'
+// node caches drop managedFields (their memory, at thousands of nodes), so only the apiserver
+// could tell who owns the label, and a refused apply would be retried on every loop; the
+// annotation is in the cache, survives the agent's restarts, and tells a reader of the node
+// who set the label.
+const AnnotationClique = apiv1.LabelPrefix + "agent-clique"
+
+// CliqueLabelChange is what the node's clique label and its AnnotationClique should become:
+// a value to set, or nil to remove the key. Conflict, when set, says why a label someone else
+// set was left alone although it disagrees with NVML.
+type CliqueLabelChange struct {
+	Labels, Annotations map[string]any
+	Conflict            string
+}
+
+// CliqueChange decides the change of node's clique label towards clique ("": none):
+//   - label absent: set it to clique (and record it in AnnotationClique);
+//   - label set by the agent (equal to the annotation): follow clique, removing it when clique
+//     is "";
+//   - label set by anyone else: leave it, whatever it says; a stale annotation (someone
+//     replaced the agent's value) is dropped, so that the label is never taken back.
+func CliqueChange(node *corev1.Node, clique string) CliqueLabelChange {
+	var c CliqueLabelChange
+	cur, has := node.Labels[apiv1.LabelGPUClique]
+	mine, recorded := node.Annotations[AnnotationClique]
+	switch {
+	case !has && clique != "":
+		c.Labels = map[string]any{apiv1.LabelGPUClique: clique}
+		c.Annotations = map[string]any{AnnotationClique: clique}
+	case !has && recorded:
+		c.Annotations = map[string]any{AnnotationClique: nil}
+	case has && recorded && cur == mine:
+		switch {
+		case clique == "":
+			c.Labels = map[string]any{apiv1.LabelGPUClique: nil}
+			c.Annotations = map[string]any{AnnotationClique: nil}
+		case clique != cur:
+			c.Labels = map[string]any{apiv1.LabelGPUClique: clique}
+			c.Annotations = map[string]any{AnnotationClique: clique}
+		}
+	case has:
+		if recorded {
+			c.Annotations = map[string]any{AnnotationClique: nil}
+		}
+		if cur != clique {
+			nvml := fmt.Sprintf("NVML reports clique %q", clique)
+			if clique == "" {
+				nvml = "NVML reports no registered NVLink domain"
+			}
+			c.Conflict = fmt.Sprintf("node label %s=%q was set by someone else (NVIDIA's GPU Feature Discovery sets it too) and %s; the agent leaves the label alone",
+				apiv1.LabelGPUClique, cur, nvml)
+		}
+	}
+	return c
 }

@@ -151,7 +151,8 @@ func TestSameSeesEveryField(t *testing.T) {
 	base := apiv1.GpuNodeStatusStatus{Total: 2, Healthy: 2, Free: 1, Message: "m",
 		LastHeartbeatTime: metav1.Unix(1, 0),
 		Devices: []apiv1.Device{{ID: 0, Health: apiv1.Healthy, InUseBy: []string{"p"}, BandwidthGBps: 600, Island: "i",
-			UUID: "u", Product: "p", MemoryMiB: 1, PCIBusID: "b", UtilizationPercent: &util, Reason: "r"}, {ID: 1}}}
+			UUID: "u", Product: "p", MemoryMiB: 1, PCIBusID: "b", UtilizationPercent: &util, Reason: "r"}, {ID: 1}},
+		Fabric: &apiv1.Fabric{ClusterUUID: "c", CliqueID: 1, Clique: "c.1", State: "Completed"}}
 	clone := func() apiv1.GpuNodeStatusStatus { return *base.DeepCopy() }
 	change := func(t *testing.T, v reflect.Value) {
 		switch v.Kind() {
@@ -180,7 +181,7 @@ func TestSameSeesEveryField(t *testing.T) {
 	st := reflect.TypeOf(base)
 	for i := range st.NumField() {
 		f := st.Field(i)
-		if f.Name == "LastHeartbeatTime" || f.Name == "TelemetryTime" || f.Name == "Devices" {
+		if f.Name == "LastHeartbeatTime" || f.Name == "TelemetryTime" || f.Name == "Devices" || f.Name == "Fabric" {
 			continue
 		}
 		c := clone()
@@ -199,6 +200,21 @@ func TestSameSeesEveryField(t *testing.T) {
 		}
 		if got := status.SameHardware(base, c); got != usage[f.Name] {
 			t.Errorf("SameHardware with device.%s changed = %v, want %v", f.Name, got, usage[f.Name])
+		}
+	}
+	ft := reflect.TypeOf(apiv1.Fabric{})
+	for i := range ft.NumField() {
+		c := clone()
+		change(t, reflect.ValueOf(c.Fabric).Elem().Field(i))
+		if status.Same(base, c) || status.SameHardware(base, c) {
+			t.Errorf("Same or SameHardware ignores fabric.%s", ft.Field(i).Name)
+		}
+	}
+	for _, f := range []*apiv1.Fabric{nil, {}} {
+		c := clone()
+		c.Fabric = f
+		if status.Same(base, c) || status.SameHardware(base, c) {
+			t.Errorf("Same or SameHardware ignores a fabric that became %+v", f)
 		}
 	}
 	c := clone()

@@ -185,3 +185,61 @@ func TestFleetKeepsToItsPool(t *testing.T) {
 	}
 	eventually(t, "a2's agent stopped once a2 left the pool", func() bool { return !slices.Contains(f.Nodes(), "a2") })
 }
+
+// The fleet's GB200 trays publish their rack's NVLink domain, in status.fabric and in the
+// clique label, as one agent per node does: trays 0-17 of a pool share one domain, tray 18 is
+// in the next; a DGX is in none.
+func TestFleetPublishesTheNVLinkDomain(t *testing.T) {
+	const gb200 = "gb200-nvl72"
+	kube := fake.NewClientset(node("rack-0", gb200), node("rack-17", gb200), node("rack-18", gb200), node("dgx-0", mock.DGXH100))
+	gpus := gpufake.NewSimpleClientset()
+	f, err := fleet.New(fleet.Config{
+		KubeClient: kube, GPUClient: gpus, LeaseNamespace: "gpu-scheduler",
+		Agent:            agent.Config{ProbeInterval: 20 * time.Millisecond, MinWriteInterval: -1, HeartbeatInterval: time.Hour},
+		EventWaitTimeout: 5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	clique := map[string]string{}
+	for _, name := range []string{"rack-0", "rack-17", "rack-18"} {
+		var st *apiv1.GpuNodeStatus
+		eventually(t, "the fabric of "+name, func() bool {
+			st, _ = gpus.GpuV1().GpuNodeStatuses().Get(context.Background(), name, metav1.GetOptions{})
+			return st != nil && st.Status.Fabric != nil
+		})
+		fab := st.Status.Fabric
+		if fab.State != "Completed" || fab.CliqueID != 1 || fab.Clique != fab.ClusterUUID+".1" || fab.ClusterUUID == "" {
+			t.Errorf("%s: fabric %+v, want clique 1 of a domain, Completed", name, *fab)
+		}
+		clique[name] = fab.Clique
+		eventually(t, "the clique label of "+name, func() bool {
+			n, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+			return err == nil && n.Labels[apiv1.LabelGPUClique] == fab.Clique
+		})
+	}
+	if clique["rack-0"] != clique["rack-17"] || clique["rack-0"] == clique["rack-18"] {
+		t.Errorf("cliques %v: want rack-0 and rack-17 in one, rack-18 in another", clique)
+	}
+	var st *apiv1.GpuNodeStatus
+	eventually(t, "the status of dgx-0", func() bool {
+		st, _ = gpus.GpuV1().GpuNodeStatuses().Get(context.Background(), "dgx-0", metav1.GetOptions{})
+		return st != nil && st.Status.Total == 8
+	})
+	n, err := kube.CoreV1().Nodes().Get(context.Background(), "dgx-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status.Fabric != nil || n.Labels[apiv1.LabelGPUClique] != "" {
+		t.Errorf("dgx-0: fabric %+v, clique label %q; want neither", st.Status.Fabric, n.Labels[apiv1.LabelGPUClique])
+	}
+}
