@@ -50,6 +50,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-scheduler/gpu-scheduler/agent/status"
 	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
@@ -658,6 +659,32 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 		wantDeniedBy(t, "agent sets a label outside gpu.scheduling/ on its node", err, policy)
 		_, err = agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), dry)
 		wantDeniedBy(t, "agent cordons its node", err, policy)
+		// nvidia.com/gpu.clique: the agent sets it where none is, and changes or removes only
+		// the value it recorded as its own; a value NVIDIA's labeller set is not its to touch.
+		setClique := []byte(`{"metadata":{"labels":{"` + apiv1.LabelGPUClique + `":"fabric.1"},"annotations":{"` + status.AnnotationClique + `":"fabric.1"}}}`)
+		if _, err := agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, setClique, dry); err != nil {
+			t.Errorf("agent sets the clique label where none is: %v", err)
+		}
+		gfd := []byte(`{"metadata":{"labels":{"` + apiv1.LabelGPUClique + `":"gfd.7"}}}`)
+		if _, err := e.kube.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, gfd, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, setClique, dry)
+		wantDeniedBy(t, "agent overwrites a clique label someone else set", err, policy)
+		removeClique := []byte(`{"metadata":{"labels":{"` + apiv1.LabelGPUClique + `":null}}}`)
+		_, err = agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, removeClique, dry)
+		wantDeniedBy(t, "agent removes a clique label someone else set", err, policy)
+		if _, err := agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, patch, dry); err != nil {
+			t.Errorf("agent labels its node beside someone else's clique label: %v", err)
+		}
+		// As the agent left it: its own value, recorded.
+		if _, err := e.kube.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType, setClique, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := agent.CoreV1().Nodes().Patch(ctx, e.gpuNode, types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+apiv1.LabelGPUClique+`":null},"annotations":{"`+status.AnnotationClique+`":null}}}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("agent removes the clique label it set: %v", err)
+		}
 		_, err = gns.Create(ctx, &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: other}, Spec: apiv1.GpuNodeStatusSpec{NodeName: other}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		wantDeniedBy(t, "agent creates another node's GpuNodeStatus", err, policy)
 		// The scheduler files a GpuNodeStatus under spec.nodeName and judges liveness by the
