@@ -6,5 +6,5 @@
 // plugin, the kubelet plugin and the controllers: the scheduler plugin, the agent, the webhook,
 // the controllers and kubectl-gpu import it, and it imports no scheduler framework
 // (k8s.io/kube-scheduler, k8s.io/kubernetes/pkg/scheduler), so that a binary that is no
-// scheduler links none (TestBinariesLinkNoSchedulerFramework).
+// scheduler links none (test/deps).
 package claims

@@ -33,12 +33,9 @@ CGO_ENABLED=1 "$root/_output/bin/golangci-lint" run ./...
 # docs/benchmarks.md (hack/nodates says which dates are allowed).
 go run ./hack/nodates $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go')
 
-# Only gpu-scheduler links the kube-scheduler framework: the other binaries and the claims layer
-# (claims/, claims/ledger) share what they need without it.
-go test -count=1 -run TestBinariesLinkNoSchedulerFramework ./claims/
-
-# No binary a release ships links the simulation harness (sim/: the agent fleet, the DRA baseline).
-go test -count=1 -run TestProductBinariesLinkNoHarness ./sim/
+# The import graph's rules (test/deps): only gpu-scheduler links the kube-scheduler framework,
+# and no shipped binary links the simulator's harness.
+go test -count=1 ./test/deps/
 
 # The image builder is a module of its own (hack/images): ./... above does not reach it.
 if ! tidy=$(go -C hack/images mod tidy -diff 2>&1); then
