@@ -71,3 +71,28 @@ func (s *Server) SetFabric(index int, a *FabricAnswer) bool {
 	s.devices[index].fabric = a
 	return true
 }
+
+// Extensions gives LookupSymbol, which the adapter asks before a query older drivers lack.
+func (s *Server) Extensions() nvml.ExtendedInterface { return s }
+
+// LookupSymbol says the symbol exists, unless SetMissingSymbol removed it: a simulated driver
+// has every query the agent makes.
+func (s *Server) LookupSymbol(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.missing[name] {
+		return fmt.Errorf("symbol %s not found in the simulated libnvml", name)
+	}
+	return nil
+}
+
+// SetMissingSymbol makes LookupSymbol say name is not in the library, as a driver older than
+// the query; it takes effect at the next Init of the adapter.
+func (s *Server) SetMissingSymbol(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.missing == nil {
+		s.missing = map[string]bool{}
+	}
+	s.missing[name] = true
+}

@@ -41,6 +41,8 @@ type Server struct {
 	initErr   nvml.Return
 	inits     int
 	sets      []*EventSet
+	// missing are the library symbols LookupSymbol denies (SetMissingSymbol).
+	missing map[string]bool
 	// calls counts device queries: a bounded stand-in for the generated mocks' call records.
 	calls atomic.Uint64
 	// clock drives the simulated load (load.go).

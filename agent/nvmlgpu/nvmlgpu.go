@@ -36,6 +36,9 @@ type Options struct {
 type Library struct {
 	lib  nvml.Interface
 	opts Options
+	// fabricQuery tells whether the loaded libnvml has the fabric query: go-nvml binds its
+	// symbols lazily, and calling one a driver older than the query lacks ends the process.
+	fabricQuery bool
 }
 
 var _ gpu.Library = &Library{}
@@ -85,7 +88,11 @@ func (l *Library) Init() (err error) {
 			err = fmt.Errorf("NVML init: %v", r)
 		}
 	}()
-	return check(l.lib.Init(), "NVML init")
+	if err := check(l.lib.Init(), "NVML init"); err != nil {
+		return err
+	}
+	l.fabricQuery = l.lib.Extensions().LookupSymbol("nvmlDeviceGetGpuFabricInfo") == nil
+	return nil
 }
 
 // Shutdown ends the NVML session.
@@ -103,7 +110,7 @@ func (l *Library) Devices() ([]gpu.Device, error) {
 		if err := check(ret, "get handle of GPU %d", i); err != nil {
 			return nil, err
 		}
-		devs = append(devs, &device{index: i, dev: d})
+		devs = append(devs, &device{index: i, dev: d, fabricQuery: l.fabricQuery})
 	}
 	return devs, nil
 }
@@ -225,8 +232,9 @@ func convert(data nvml.EventData, known []*device) (gpu.Event, bool) {
 }
 
 type device struct {
-	index int
-	dev   nvml.Device
+	index       int
+	dev         nvml.Device
+	fabricQuery bool
 }
 
 func (d *device) Index() int { return d.index }
@@ -419,10 +427,14 @@ func (d *device) Telemetry() (gpu.Telemetry, error) {
 // Fabric reads NVML's GPU fabric info. It calls the first version of the query: go-nvml's
 // versioned one (GetGpuFabricInfoV) returns a handler only go-nvml itself can build, which no
 // mock library can answer, and the first version carries every field the agent reads. A GPU
-// or driver without a fabric answers NOT_SUPPORTED, which is no error but a GPU in no domain.
+// or driver without a fabric answers NOT_SUPPORTED (a driver older than the query has no such
+// symbol, or answers FUNCTION_NOT_FOUND), which is no error but a GPU in no domain.
 func (d *device) Fabric() (gpu.Fabric, error) {
+	if !d.fabricQuery {
+		return gpu.Fabric{State: gpu.FabricNotSupported}, nil
+	}
 	info, ret := d.dev.GetGpuFabricInfo() //nolint:staticcheck // SA1019: see above
-	if ret == nvml.ERROR_NOT_SUPPORTED {
+	if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND {
 		return gpu.Fabric{State: gpu.FabricNotSupported}, nil
 	}
 	if err := check(ret, "read fabric info of GPU %d", d.index); err != nil {

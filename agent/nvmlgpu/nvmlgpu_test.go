@@ -281,6 +281,10 @@ func TestFabric(t *testing.T) {
 	if f, err := devs[0].Fabric(); err != nil || f != (gpu.Fabric{State: gpu.FabricNotSupported}) {
 		t.Errorf("NOT_SUPPORTED: %+v, %v; want NotSupported and no error", f, err)
 	}
+	srv.SetFabric(0, &mock.FabricAnswer{Return: nvml.ERROR_FUNCTION_NOT_FOUND})
+	if f, err := devs[0].Fabric(); err != nil || f != (gpu.Fabric{State: gpu.FabricNotSupported}) {
+		t.Errorf("a driver without the query: %+v, %v; want NotSupported and no error", f, err)
+	}
 	srv.SetFabric(0, &mock.FabricAnswer{Info: nvml.GpuFabricInfo{State: nvml.GPU_FABRIC_STATE_IN_PROGRESS, CliqueId: 5}})
 	if f, err := devs[0].Fabric(); err != nil || f != (gpu.Fabric{State: gpu.FabricInProgress}) {
 		t.Errorf("in progress: %+v, %v; want InProgress without a clique", f, err)
@@ -295,5 +299,18 @@ func TestFabric(t *testing.T) {
 	}
 	if f, err := devs[1].Fabric(); err != nil || f != want {
 		t.Errorf("GPU 1 (not overridden): %+v, %v; want %+v", f, err, want)
+	}
+	// A driver older than the query: the adapter must not call it (the real libnvml would end
+	// the process), so the override that fails every call goes unasked.
+	srv.SetMissingSymbol("nvmlDeviceGetGpuFabricInfo")
+	srv.SetFabric(1, &mock.FabricAnswer{Return: nvml.ERROR_UNKNOWN})
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if devs, err = lib.Devices(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := devs[1].Fabric(); err != nil || f != (gpu.Fabric{State: gpu.FabricNotSupported}) {
+		t.Errorf("driver without the query: %+v, %v; want NotSupported and no call", f, err)
 	}
 }
