@@ -19,14 +19,26 @@ import (
 // on its GPU, and the same readings are exported under dcgm-exporter's names.
 func TestTelemetryInStatusAndMetrics(t *testing.T) {
 	collector := telemetry.NewCollector()
-	h := newHarnessWith(t, mock.DGXH100, nvml.SUCCESS, func(c *agent.Config) { c.Telemetry = collector })
+	// A telemetry write budget: the agent reads the GPUs as soon as it starts, maybe before the
+	// loads below are pinned, and without a budget that first reading would stay in the status.
+	h := newHarnessWith(t, mock.DGXH100, nvml.SUCCESS, func(c *agent.Config) {
+		c.Telemetry, c.TelemetryWritesPerMinute = collector, 600
+	})
 	for i := range h.srv.NumDevices() {
 		if err := h.srv.SetLoad(i, 10*i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st := h.until("telemetry in the status", 0, func(s *apiv1.GpuNodeStatus) bool {
-		return s.Status.Total == 8 && s.Status.Devices[7].UtilizationPercent != nil
+	st := h.until("the pinned loads in the status", 60, func(s *apiv1.GpuNodeStatus) bool {
+		if s.Status.Total != 8 {
+			return false
+		}
+		for _, d := range s.Status.Devices {
+			if d.UtilizationPercent == nil || int(*d.UtilizationPercent) != 10*int(d.ID) {
+				return false
+			}
+		}
+		return true
 	})
 	if st.Status.TelemetryTime == nil || st.Status.TelemetryTime.IsZero() {
 		t.Errorf("telemetryTime not set: %+v", st.Status)
