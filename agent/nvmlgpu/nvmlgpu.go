@@ -452,6 +452,12 @@ func (d *device) Fabric() (gpu.Fabric, error) {
 	if err != nil {
 		return gpu.Fabric{}, fmt.Errorf("read fabric info of GPU %d: cluster UUID: %w", d.index, err)
 	}
+	if u == uuid.Nil {
+		// A fabric of one node: NVSwitch systems such as HGX H100 register their GPUs with the
+		// node's own fabric manager and report no cluster. Taken as a domain, the nil UUID
+		// would put every such node of the cluster in one clique.
+		return gpu.Fabric{State: gpu.FabricNotSupported}, nil
+	}
 	f.ClusterUUID, f.CliqueID = u.String(), info.CliqueId
 	return f, nil
 }

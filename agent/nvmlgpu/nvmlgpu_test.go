@@ -293,6 +293,10 @@ func TestFabric(t *testing.T) {
 	if f, err := devs[0].Fabric(); err != nil || f.State != gpu.FabricCompleted || !errors.Is(f.Err, nvml.ERROR_TIMEOUT) {
 		t.Errorf("failed registration: %+v, %v; want Completed with the timeout as its error", f, err)
 	}
+	srv.SetFabric(0, &mock.FabricAnswer{Info: nvml.GpuFabricInfo{State: nvml.GPU_FABRIC_STATE_COMPLETED}})
+	if f, err := devs[0].Fabric(); err != nil || f != (gpu.Fabric{State: gpu.FabricNotSupported}) {
+		t.Errorf("registered without a cluster (a one-node NVSwitch fabric): %+v, %v; want NotSupported", f, err)
+	}
 	srv.SetFabric(0, &mock.FabricAnswer{Return: nvml.ERROR_UNKNOWN})
 	if _, err := devs[0].Fabric(); !errors.Is(err, nvml.ERROR_UNKNOWN) {
 		t.Errorf("NVML failure: %v, want ERROR_UNKNOWN", err)
