@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 func newClaimsCommand(o *Options) *cobra.Command {
-	return &cobra.Command{
+	var selector string
+	cmd := &cobra.Command{
 		Use:               "claims [CLAIM...]",
 		Short:             "GpuClaims: phase, node, GPU IDs, age and the reason when Pending",
 		ValidArgsFunction: o.completeNames(gpuClaims, true),
@@ -25,10 +27,13 @@ func newClaimsCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if done, err := o.printData(o.IO.Out, claims); done || err != nil {
+			if claims, err = labelled(claims, selector, func(c apiv1.GpuClaim) map[string]string { return c.Labels }); err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(o.IO.Out, 0, 4, 2, ' ', 0)
+			if done, err := o.printData(o.IO.Out, "gpuclaim", claims); done || err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(o.tableOut(o.IO.Out), 0, 4, 2, ' ', 0)
 			head := "NAMESPACE\tNAME\tPHASE\tCOUNT\tNODE\tGPUS\tAGE\tMESSAGE"
 			if o.Output == "wide" {
 				head += "\tPOD"
@@ -50,6 +55,8 @@ func newClaimsCommand(o *Options) *cobra.Command {
 			return w.Flush()
 		},
 	}
+	addSelectorFlag(cmd, &selector)
+	return cmd
 }
 
 // named keeps the items whose name is in names (every item when names is empty), in their
@@ -79,4 +86,27 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// addSelectorFlag adds kubectl's -l/--selector to a listing command.
+func addSelectorFlag(cmd *cobra.Command, selector *string) {
+	cmd.Flags().StringVarP(selector, "selector", "l", "", "label selector to filter on, as kubectl's (-l key=value,key2!=v2,key3 in (a,b))")
+}
+
+// labelled keeps the items whose labels match the selector (every item when it is empty).
+func labelled[T any](items []T, selector string, labelsOf func(T) map[string]string) ([]T, error) {
+	if selector == "" {
+		return items, nil
+	}
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return nil, fmt.Errorf("--selector %q: %w", selector, err)
+	}
+	out := []T{}
+	for _, it := range items {
+		if sel.Matches(labels.Set(labelsOf(it))) {
+			out = append(out, it)
+		}
+	}
+	return out, nil
 }

@@ -185,7 +185,7 @@ func (o *Options) registerFlagCompletion(root *cobra.Command) error {
 		"context":   fromKubeconfig(func(m map[string][]string) []string { return m["contexts"] }),
 		"cluster":   fromKubeconfig(func(m map[string][]string) []string { return m["clusters"] }),
 		"user":      fromKubeconfig(func(m map[string][]string) []string { return m["users"] }),
-		"output":    fixed("wide", "json", "yaml"),
+		"output":    fixed("wide", "json", "yaml", "name", "jsonpath=", "custom-columns="),
 	} {
 		if err := root.RegisterFlagCompletionFunc(flag, fn); err != nil {
 			return fmt.Errorf("completion for --%s: %w", flag, err)

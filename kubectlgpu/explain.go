@@ -81,7 +81,7 @@ func newExplainCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if done, err := o.printData(o.IO.Out, ex); done || err != nil {
+			if done, err := o.printData(o.IO.Out, "explanation", ex); done || err != nil {
 				return err
 			}
 			return printExplanation(o.IO.Out, ex, time.Now())

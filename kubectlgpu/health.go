@@ -62,10 +62,10 @@ func newHealthCommand(o *Options) *cobra.Command {
 				return err
 			}
 			bad := Unhealthy(nodes, recovered)
-			if done, err := o.printData(o.IO.Out, bad); done || err != nil {
+			if done, err := o.printData(o.IO.Out, "gpu", bad); done || err != nil {
 				return err
 			}
-			return printUnhealthy(o.IO.Out, bad, recovered, time.Now())
+			return printUnhealthy(o.tableOut(o.IO.Out), bad, recovered, time.Now())
 		},
 		ValidArgsFunction: o.completeNodes,
 	}

@@ -130,10 +130,10 @@ func newLeasesCommand(o *Options) *cobra.Command {
 			if deleteStale {
 				return deleteLeases(cmd.Context(), o, kc, shown, yes)
 			}
-			if done, err := o.printData(o.IO.Out, shown); done || err != nil {
+			if done, err := o.printData(o.IO.Out, "lease", shown); done || err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(o.IO.Out, 0, 4, 2, ' ', 0)
+			w := tabwriter.NewWriter(o.tableOut(o.IO.Out), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NAMESPACE\tNAME\tNODE\tGPU\tHOLDER\tSTALE")
 			for _, l := range shown {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Namespace, l.Name, l.Node, l.GPU, l.Holder, dash(l.Stale))

@@ -35,10 +35,10 @@ func newNodesCommand(o *Options) *cobra.Command {
 					return fmt.Errorf("node %q has no GpuNodeStatus", args[0])
 				}
 			}
-			if done, err := o.printData(o.IO.Out, nodes); done || err != nil {
+			if done, err := o.printData(o.IO.Out, "node", nodes); done || err != nil {
 				return err
 			}
-			return printNodes(o.IO.Out, nodes, o.Output == "wide", isTerminal(o.IO.Out), time.Now())
+			return printNodes(o.tableOut(o.IO.Out), nodes, o.Output == "wide", isTerminal(o.IO.Out), time.Now())
 		},
 	}
 }

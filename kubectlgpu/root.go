@@ -2,25 +2,22 @@ package kubectlgpu
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
 
 // Options are shared by every subcommand: kubectl's connection flags and the output format.
 type Options struct {
-	Flags  *genericclioptions.ConfigFlags
-	IO     genericiooptions.IOStreams
-	Output string
-	All    bool
+	Flags     *genericclioptions.ConfigFlags
+	IO        genericiooptions.IOStreams
+	Output    string
+	All       bool
+	NoHeaders bool
 }
 
 // NewCommand returns the kubectl-gpu root command.
@@ -38,7 +35,8 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.SetErr(streams.ErrOut)
 	o.Flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().BoolVarP(&o.All, "all-namespaces", "A", false, "list claims in all namespaces")
-	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "output format: wide, json or yaml")
+	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", outputHelp)
+	root.PersistentFlags().BoolVar(&o.NoHeaders, "no-headers", false, "print tables without their header line")
 	root.AddCommand(newStatusCommand(o), newNodesCommand(o), newClaimsCommand(o), newHealthCommand(o), newLeasesCommand(o),
 		newExplainCommand(o), newWorkloadsCommand(o), newTopCommand(o),
 		newGenerateTemplateCommand(o), newSubmitCommand(o))
@@ -88,29 +86,4 @@ func (o *Options) load(ctx context.Context) (*Fleet, error) {
 		return nil, err
 	}
 	return Load(ctx, kc, dc, ns)
-}
-
-// printData writes v as JSON or YAML when asked; it reports whether it did.
-func (o *Options) printData(w io.Writer, v any) (bool, error) {
-	var p printers.ResourcePrinter
-	switch o.Output {
-	case "", "wide":
-		return false, nil
-	case "json":
-		p = &printers.JSONPrinter{}
-	case "yaml":
-		p = &printers.YAMLPrinter{}
-	default:
-		return false, fmt.Errorf("unknown --output %q: want wide, json or yaml", o.Output)
-	}
-	return true, p.PrintObj(&runtime.Unknown{Raw: mustJSON(v), ContentType: runtime.ContentTypeJSON}, w)
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		// Every value printed here is plain data built by this package.
-		panic(fmt.Sprintf("kubectl gpu: encoding output: %v", err))
-	}
-	return b
 }

@@ -19,10 +19,10 @@ func newStatusCommand(o *Options) *cobra.Command {
 				return err
 			}
 			s := Summarise(f)
-			if done, err := o.printData(o.IO.Out, s); done || err != nil {
+			if done, err := o.printData(o.IO.Out, "model", s); done || err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(o.IO.Out, 0, 4, 2, ' ', 0)
+			w := tabwriter.NewWriter(o.tableOut(o.IO.Out), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "MODEL\tPOOL\tNODES\tTOTAL\tALLOCATED\tFREE\tUNHEALTHY")
 			for _, r := range s.Rows {
 				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.Model, r.Pool, r.Nodes, r.Total, r.Allocated, r.Free, r.Unhealthy)

@@ -171,7 +171,7 @@ func newGenerateTemplateCommand(o *Options) *cobra.Command {
 				return err
 			}
 			if o.Output == "json" {
-				_, err := o.printData(o.IO.Out, obj)
+				_, err := o.printData(o.IO.Out, "object", obj)
 				return err
 			}
 			b, err := skeletonYAML(obj)
@@ -191,7 +191,7 @@ func newGenerateTemplateCommand(o *Options) *cobra.Command {
 
 func newSubmitCommand(o *Options) *cobra.Command {
 	s := &Skeleton{}
-	var dryRun bool
+	var dryRun string
 	cmd := &cobra.Command{
 		Use:               "submit claim-template|workload NAME",
 		Short:             "Create the GpuClaimTemplate or GpuWorkload that generate-template would write",
@@ -210,6 +210,22 @@ func newSubmitCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			switch dryRun {
+			case "none", "server":
+			case "client":
+				// As kubectl's: print what would be sent, send nothing.
+				if done, err := o.printData(o.IO.Out, "object", obj); done || err != nil {
+					return err
+				}
+				b, err := skeletonYAML(obj)
+				if err != nil {
+					return err
+				}
+				_, err = o.IO.Out.Write(b)
+				return err
+			default:
+				return fmt.Errorf("--dry-run %q: want none, client or server", dryRun)
+			}
 			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 			if err != nil {
 				return fmt.Errorf("converting %T: %w", obj, err)
@@ -217,7 +233,7 @@ func newSubmitCommand(o *Options) *cobra.Command {
 			kind := obj.GetObjectKind().GroupVersionKind().Kind
 			resource := strings.ToLower(kind) + "s"
 			opts := metav1.CreateOptions{FieldManager: "kubectl-gpu"}
-			if dryRun {
+			if dryRun == "server" {
 				opts.DryRun = []string{metav1.DryRunAll}
 			}
 			// The API server validates (schema and CEL rules) and fills in the defaults.
@@ -226,7 +242,7 @@ func newSubmitCommand(o *Options) *cobra.Command {
 				return fmt.Errorf("creating %s %s/%s: %w", kind, ns, args[1], err)
 			}
 			suffix := ""
-			if dryRun {
+			if dryRun == "server" {
 				suffix = " (server dry run)"
 			}
 			fmt.Fprintf(o.IO.Out, "%s %s/%s created%s\n", strings.ToLower(kind), ns, args[1], suffix)
@@ -237,6 +253,7 @@ func newSubmitCommand(o *Options) *cobra.Command {
 	if err := o.registerSkeletonCompletion(cmd); err != nil {
 		panic(err) // a flag name that does not exist: a bug in this package
 	}
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "have the API server validate and default the object without storing it")
+	cmd.Flags().StringVar(&dryRun, "dry-run", "none", "none: create the object; server: have the API server validate and default it without storing it (also plain --dry-run); client: print it and send nothing")
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = "server"
 	return cmd
 }

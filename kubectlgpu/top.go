@@ -122,10 +122,10 @@ func newTopCommand(o *Options) *cobra.Command {
 				return fmt.Errorf("listing GPU leases: %w", err)
 			}
 			rows := TopRows(statuses, Build(statuses, leases.Items, nil))
-			if done, err := o.printData(o.IO.Out, rows); done || err != nil {
+			if done, err := o.printData(o.IO.Out, "gpu", rows); done || err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(o.IO.Out, 0, 4, 2, ' ', 0)
+			w := tabwriter.NewWriter(o.tableOut(o.IO.Out), 0, 4, 2, ' ', 0)
 			head := "NODE\tGPU\tUTIL\tMEMORY\tTEMP\tPOWER\tHOLDER"
 			if o.Output == "wide" {
 				head += "\tMODEL\tHEALTH"

@@ -14,7 +14,8 @@ import (
 )
 
 func newWorkloadsCommand(o *Options) *cobra.Command {
-	return &cobra.Command{
+	var selector string
+	cmd := &cobra.Command{
 		Use:               "workloads [WORKLOAD...]",
 		Short:             "GpuWorkloads: phase, ready replicas, GPUs, nodes, age and what happened last",
 		ValidArgsFunction: o.completeNames(gpuWorkloads, true),
@@ -43,10 +44,13 @@ func newWorkloadsCommand(o *Options) *cobra.Command {
 			if ws, err = named(ws, args, "GpuWorkload", func(w apiv1.GpuWorkload) string { return w.Name }); err != nil {
 				return err
 			}
-			if done, err := o.printData(o.IO.Out, ws); done || err != nil {
+			if ws, err = labelled(ws, selector, func(w apiv1.GpuWorkload) map[string]string { return w.Labels }); err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(o.IO.Out, 0, 4, 2, ' ', 0)
+			if done, err := o.printData(o.IO.Out, "gpuworkload", ws); done || err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(o.tableOut(o.IO.Out), 0, 4, 2, ' ', 0)
 			head := "NAMESPACE\tNAME\tPHASE\tREADY\tGPUS\tNODES\tAGE\tMESSAGE"
 			if o.Output == "wide" {
 				head += "\tGANG\tRETRIES\tCLAIM"
@@ -75,4 +79,6 @@ func newWorkloadsCommand(o *Options) *cobra.Command {
 			return w.Flush()
 		},
 	}
+	addSelectorFlag(cmd, &selector)
+	return cmd
 }
