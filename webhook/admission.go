@@ -47,6 +47,9 @@ type Admitter struct {
 	// schedulerName. Both empty: every Binding with the allocation is this release's to judge.
 	SiblingSchedulerNames []string
 	SiblingPod            func(ctx context.Context, namespace, name string) (schedulerName string, err error)
+	// RefuseOtherSchedulers refuses a pod that names a claim or a claim template but asks for a
+	// scheduler that is neither this release's, a sibling's nor the default (SchedulerNamePatch).
+	RefuseOtherSchedulers bool
 }
 
 // Outcome is what a request did, for metrics and logs.
@@ -98,7 +101,15 @@ func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest
 				return errorResponse(req, http.StatusUnprocessableEntity, fmt.Errorf("pod %s/%s: annotation %s: %w", req.Namespace, podName(req, pod), gpuv1.AnnotationSchedulingMap, err)), Outcome{DenyReason: ReasonInvalid}
 			}
 		}
+		if keys := UnknownAnnotations(pod); len(keys) > 0 {
+			return errorResponse(req, http.StatusUnprocessableEntity, fmt.Errorf("pod %s/%s: %w", req.Namespace, podName(req, pod), unknownAnnotationsError(keys))), Outcome{DenyReason: ReasonInvalid}
+		}
+		sched, err := SchedulerNamePatch(pod, a.SchedulerName, a.SiblingSchedulerNames, a.RefuseOtherSchedulers)
+		if err != nil {
+			return errorResponse(req, http.StatusUnprocessableEntity, fmt.Errorf("pod %s/%s: %w", req.Namespace, podName(req, pod), err)), Outcome{DenyReason: ReasonInvalid}
+		}
 		m = MutatePod(pod, a.Mode, a.SchedulerName)
+		m.Patch = append(sched, m.Patch...)
 		if a.Resource.Name != "" {
 			ops, err := a.Resource.mutateResource(ctx, pod)
 			if err != nil {

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -357,5 +358,69 @@ func TestWantsGPUsFollowsSchedulerName(t *testing.T) {
 	}
 	if m := MutatePod(pod("gpu-scheduler", nil), EnvModeCUDA, "canary"); len(m.Patch) != 0 {
 		t.Errorf("the canary release mutated a pod of gpu-scheduler: %v", m.Patch)
+	}
+}
+
+func TestSchedulerNamePatch(t *testing.T) {
+	withScheduler := func(name string, annotations map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ml", Annotations: annotations}, Spec: corev1.PodSpec{SchedulerName: name}}
+	}
+	claim := map[string]string{gpuv1.AnnotationClaim: "c"}
+	template := map[string]string{gpuv1.AnnotationClaimTemplate: "t"}
+	for _, tc := range []struct {
+		name     string
+		pod      *corev1.Pod
+		release  string
+		refuse   bool
+		want     string // the schedulerName after the patch
+		wantErrs []string
+	}{
+		{name: "claim, no scheduler", pod: withScheduler("", claim), want: gpuv1.SchedulerName},
+		{name: "claim, default scheduler", pod: withScheduler(corev1.DefaultSchedulerName, claim), want: gpuv1.SchedulerName},
+		{name: "template, default scheduler, named release", pod: withScheduler(corev1.DefaultSchedulerName, template), release: "canary", want: "canary"},
+		{name: "claim, this release", pod: withScheduler("canary", claim), release: "canary", refuse: true, want: "canary"},
+		{name: "claim, a sibling", pod: withScheduler("team-b", claim), release: "canary", refuse: true, want: "team-b"},
+		{name: "no claim, default scheduler", pod: withScheduler(corev1.DefaultSchedulerName, map[string]string{"a": "b"}), want: corev1.DefaultSchedulerName},
+		{name: "claim, another scheduler, not refused", pod: withScheduler("volcano", claim), want: "volcano"},
+		{name: "claim, another scheduler", pod: withScheduler("volcano", claim), refuse: true,
+			wantErrs: []string{`spec.schedulerName`, `a GpuClaim in annotation gpu.scheduling/claim`, `scheduler "volcano"`, `set spec.schedulerName to "gpu-scheduler"`}},
+		{name: "template, another scheduler", pod: withScheduler("volcano", template), release: "canary", refuse: true,
+			wantErrs: []string{`a GpuClaimTemplate in annotation gpu.scheduling/claim-template`, `only the scheduler "canary" places`, `scheduler "volcano"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ops, err := SchedulerNamePatch(tc.pod, tc.release, []string{"team-b"}, tc.refuse)
+			if len(tc.wantErrs) > 0 {
+				if err == nil {
+					t.Fatalf("got patch %+v, want an error", ops)
+				}
+				for _, w := range tc.wantErrs {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not contain %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := applyPatch(t, tc.pod, ops).Spec.SchedulerName; got != tc.want {
+				t.Errorf("schedulerName after patch %+v: %q, want %q", ops, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnknownAnnotations(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		gpuv1.AnnotationClaim: "c", gpuv1.AnnotationNodeStrategy: "cost-aware", "example.com/claim": "x",
+		"gpu.scheduling/claimm": "c", "gpu.scheduling/Claim-Template": "t",
+	}}}
+	if got, want := UnknownAnnotations(pod), []string{"gpu.scheduling/Claim-Template", "gpu.scheduling/claimm"}; !cmp.Equal(got, want) {
+		t.Errorf("UnknownAnnotations = %q, want %q", got, want)
+	}
+	for _, k := range gpuv1.PodAnnotations {
+		if got := UnknownAnnotations(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{k: "v"}}}); len(got) != 0 {
+			t.Errorf("known key %s reported unknown: %q", k, got)
+		}
 	}
 }

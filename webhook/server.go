@@ -64,6 +64,10 @@ type Config struct {
 	// SiblingSchedulerNames.
 	SiblingSchedulerNames []string
 	SiblingPod            func(ctx context.Context, namespace, name string) (string, error)
+	// RefuseOtherSchedulers refuses pods that name a claim or a claim template but ask for a
+	// scheduler other than SchedulerName, a sibling's or the default one (which the webhook
+	// replaces with SchedulerName).
+	RefuseOtherSchedulers bool
 	// ClientCAFile, when set, is a PEM bundle of the CAs whose client certificates may call
 	// /mutate and /validate (the kube-apiserver's, configured in its AdmissionConfiguration).
 	// Callers without such a certificate get 403: they could otherwise read other namespaces'
@@ -187,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 	return &Server{
 		cfg: cfg,
 		admitter: &Admitter{Mode: cfg.EnvMode, Scheduler: cfg.Scheduler, SchedulerName: cfg.SchedulerName, Resource: cfg.Resource,
-			SiblingSchedulerNames: cfg.SiblingSchedulerNames, SiblingPod: cfg.SiblingPod},
+			SiblingSchedulerNames: cfg.SiblingSchedulerNames, SiblingPod: cfg.SiblingPod, RefuseOtherSchedulers: cfg.RefuseOtherSchedulers},
 		metrics:  newServerMetrics(),
 		cert:     cert,
 		clientCA: clientCA,

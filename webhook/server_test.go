@@ -398,3 +398,45 @@ func TestHandlerNoMetricsWithoutGuard(t *testing.T) {
 		t.Errorf("GET %s without a guard: %d, want 404", PathMetrics, w.Code)
 	}
 }
+
+func TestAdmitterMutateSchedulerNameAndUnknownKeys(t *testing.T) {
+	a := &Admitter{Mode: EnvModeCUDA, Scheduler: testScheduler, SchedulerName: "canary", SiblingSchedulerNames: []string{"team-b"}, RefuseOtherSchedulers: true}
+	ctx := context.Background()
+
+	// A claim pod of the default scheduler goes to this release's.
+	pod := gpuPod(nil)
+	pod.Spec.SchedulerName = corev1.DefaultSchedulerName
+	resp, out := a.Mutate(ctx, request(t, admissionv1.Create, "", "Pod", alice, pod, nil))
+	if !resp.Allowed || !out.Mutated {
+		t.Fatalf("default scheduler: %+v %+v", resp, out)
+	}
+	var ops []PatchOp
+	if err := json.Unmarshal(resp.Patch, &ops); err != nil {
+		t.Fatal(err)
+	}
+	if got := applyPatch(t, pod, ops); got.Spec.SchedulerName != "canary" || len(got.Spec.Containers[0].Env) == 0 {
+		t.Errorf("after patch: schedulerName %q, env %+v", got.Spec.SchedulerName, got.Spec.Containers[0].Env)
+	}
+
+	// Another scheduler: refused, naming the annotation and both schedulers.
+	pod.Spec.SchedulerName = "volcano"
+	resp, out = a.Mutate(ctx, request(t, admissionv1.Create, "", "Pod", alice, pod, nil))
+	if resp.Allowed || resp.Result.Code != http.StatusUnprocessableEntity || out.DenyReason != ReasonInvalid ||
+		!strings.Contains(resp.Result.Message, "pod ml/train: spec.schedulerName: the pod names a GpuClaim in annotation gpu.scheduling/claim, which only the scheduler \"canary\" places, but asks for scheduler \"volcano\"") {
+		t.Errorf("other scheduler: %+v %+v", resp.Result, out)
+	}
+	// A sibling release's pod is left to it.
+	pod.Spec.SchedulerName = "team-b"
+	if resp, _ = a.Mutate(ctx, request(t, admissionv1.Create, "", "Pod", alice, pod, nil)); !resp.Allowed {
+		t.Errorf("sibling scheduler: %+v", resp.Result)
+	}
+
+	// A misspelt key under our prefix: refused with the key named, whatever the scheduler.
+	typo := podWith("", nil)
+	typo.Annotations = map[string]string{"gpu.scheduling/claim-templat": "t"}
+	resp, out = a.Mutate(ctx, request(t, admissionv1.Create, "", "Pod", alice, typo, nil))
+	if resp.Allowed || resp.Result.Code != http.StatusUnprocessableEntity || out.DenyReason != ReasonInvalid ||
+		!strings.Contains(resp.Result.Message, `metadata.annotations: unknown key "gpu.scheduling/claim-templat" under gpu.scheduling/: known keys are gpu.scheduling/claim, gpu.scheduling/claim-template`) {
+		t.Errorf("unknown key: %+v %+v", resp.Result, out)
+	}
+}

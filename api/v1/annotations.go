@@ -258,3 +258,18 @@ func truncate(s string) string {
 	}
 	return s[:max] + "..."
 }
+
+// PodAnnotations are the keys under LabelPrefix that a pod may carry: what users write
+// (AnnotationClaim, AnnotationClaimTemplate, AnnotationSchedulingMap), what the GpuWorkload
+// controller writes (AnnotationNodeStrategy) and what the scheduler writes (AnnotationAllocated,
+// AnnotationGPUIDs). The webhook refuses a pod with any other key under the prefix: a misspelt
+// key would otherwise be ignored and the pod placed without what it asked for. A new pod
+// annotation belongs in this list.
+var PodAnnotations = []string{
+	AnnotationClaim,
+	AnnotationClaimTemplate,
+	AnnotationSchedulingMap,
+	AnnotationNodeStrategy,
+	AnnotationAllocated,
+	AnnotationGPUIDs,
+}

@@ -164,11 +164,13 @@ var (
 		anyOf(webhook.ProtectedAnnotations, changedAnnotation))
 )
 
-// MatchGPUPodFor: the pod names a claim or a claim template, or uses the scheduler
-// schedulerName (webhook.WantsGPUs). schedulerName must pass celQuotable (a DNS subdomain does).
+// MatchGPUPodFor: the pod carries an annotation under gpuv1.LabelPrefix (a claim or a claim
+// template, which webhook.WantsGPUs mutates; or a misspelt key, which the webhook refuses), or
+// uses the scheduler schedulerName (webhook.WantsGPUs). A pod with neither is never sent, so an
+// outage of the webhook cannot block it. schedulerName must pass celQuotable (a DNS subdomain does).
 func MatchGPUPodFor(schedulerName string) string {
-	return fmt.Sprintf("%s || %s || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')",
-		hasAnnotation("object", gpuv1.AnnotationClaim), hasAnnotation("object", gpuv1.AnnotationClaimTemplate), schedulerName)
+	return fmt.Sprintf("(has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('%s'))) || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')",
+		gpuv1.LabelPrefix, schedulerName)
 }
 
 // matchNotSchedulerBinding is the condition that keeps the scheduler's Bindings away from

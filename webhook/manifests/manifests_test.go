@@ -204,6 +204,9 @@ func TestMatchConditions(t *testing.T) {
 		{"claim template", obj(map[string]any{gpuv1.AnnotationClaimTemplate: "t"}, map[string]any{}), true},
 		{"our scheduler", obj(nil, map[string]any{"schedulerName": gpuv1.SchedulerName}), true},
 		{"another scheduler", obj(map[string]any{"x": "y"}, map[string]any{"schedulerName": "default-scheduler"}), false},
+		// Refused by the webhook with the key named, so it must be sent.
+		{"misspelt key under our prefix", obj(map[string]any{"gpu.scheduling/claimm": "c"}, map[string]any{"schedulerName": "default-scheduler"}), true},
+		{"a key of another prefix", obj(map[string]any{"example.com/claim": "c"}, map[string]any{}), false},
 		{"no annotations, no scheduler name", obj(nil, map[string]any{}), false},
 	}
 	for _, tc := range gpu {
