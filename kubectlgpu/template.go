@@ -170,16 +170,7 @@ func newGenerateTemplateCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if o.Output == "json" {
-				_, err := o.printData(o.IO.Out, "object", obj)
-				return err
-			}
-			b, err := skeletonYAML(obj)
-			if err != nil {
-				return err
-			}
-			_, err = o.IO.Out.Write(b)
-			return err
+			return o.printSkeleton(obj)
 		},
 	}
 	s.addFlags(cmd)
@@ -214,15 +205,7 @@ func newSubmitCommand(o *Options) *cobra.Command {
 			case "none", "server":
 			case "client":
 				// As kubectl's: print what would be sent, send nothing.
-				if done, err := o.printData(o.IO.Out, "object", obj); done || err != nil {
-					return err
-				}
-				b, err := skeletonYAML(obj)
-				if err != nil {
-					return err
-				}
-				_, err = o.IO.Out.Write(b)
-				return err
+				return o.printSkeleton(obj)
 			default:
 				return fmt.Errorf("--dry-run %q: want none, client or server", dryRun)
 			}
@@ -256,4 +239,19 @@ func newSubmitCommand(o *Options) *cobra.Command {
 	cmd.Flags().StringVar(&dryRun, "dry-run", "none", "none: create the object; server: have the API server validate and default it without storing it (also plain --dry-run); client: print it and send nothing")
 	cmd.Flags().Lookup("dry-run").NoOptDefVal = "server"
 	return cmd
+}
+
+// printSkeleton writes a generated object: as the skeleton YAML (the default, and -o yaml), or
+// in another --output data format.
+func (o *Options) printSkeleton(obj runtime.Object) error {
+	if o.Output != "" && o.Output != "yaml" && o.Output != "wide" {
+		_, err := o.printData(o.IO.Out, "object", obj)
+		return err
+	}
+	b, err := skeletonYAML(obj)
+	if err != nil {
+		return err
+	}
+	_, err = o.IO.Out.Write(b)
+	return err
 }
