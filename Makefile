@@ -236,3 +236,8 @@ node-down:
 e2e-node: node-tools
 	$(MAKE) --no-print-directory images IMAGE_PLATFORMS=$(NODE_PLATFORM)
 	CGO_ENABLED=1 $(GO) test -tags e2enode -count=1 -v -timeout 60m ./test/e2e-node/ $(if $(RUN),-run '$(RUN)')
+
+## release: VERSION=x.y.z: chart package, kubectl-gpu archives (linux/darwin, amd64/arm64) with SHA256SUMS, the filled-in krew manifest, release notes and the images under _output/release/VERSION; pushes nothing (RELEASE_IMAGES=0 leaves the images out)
+.PHONY: release
+release: tools
+	VERSION='$(VERSION)' bash hack/release/release.sh
