@@ -203,7 +203,7 @@ func completions(t *testing.T, ns, node string) {
 		{[]string{"claims", "-n", ns[:3]}, []string{ns}, false},
 		{[]string{"submit", "workload", "x", "-n", ns, "--claim-template", ""}, []string{"two"}, true},
 		{[]string{"generate-template", ""}, []string{"claim-template", "workload"}, true},
-		{[]string{"status", "-o", ""}, []string{"wide", "json", "yaml"}, true},
+		{[]string{"status", "-o", ""}, []string{"wide", "json", "yaml", "name", "jsonpath=", "custom-columns="}, true},
 	} {
 		got, directive := complete(t, tc.args...)
 		if directive != noFiles {
