@@ -49,6 +49,10 @@ type Pod struct {
 	EndedOK bool          `json:"endedOK"`
 	// Gang is the pod's gang (its claim's gangRef); empty outside a gang.
 	Gang string `json:"gang,omitempty"`
+	// GangLevel and GangMode are its claim's gangTopology (level and Required or Preferred);
+	// empty when it states none.
+	GangLevel string `json:"gangLevel,omitempty"`
+	GangMode  string `json:"gangMode,omitempty"`
 	// Topology is its claim's topology mode (Required, Preferred, Ignore; empty: none stated)
 	// and MinBandwidthGBps the claim's bandwidth floor; Selector its claim's node selector.
 	Topology         string            `json:"topology,omitempty"`
@@ -162,6 +166,8 @@ type Result struct {
 	GangIdleGPUSeconds float64       `json:"gangIdleGPUSeconds,omitempty"`
 	// Waits: whether the pods that were not bound at once could have been (wait.go).
 	Waits WaitFigures `json:"waits"`
+	// Domains: gangs placed inside one topology domain (domains.go); nil without gangTopology.
+	Domains *DomainFigures `json:"domains,omitempty"`
 }
 
 // Compute derives every figure from in.
@@ -221,6 +227,7 @@ func Compute(in Input) Result {
 		r.ContiguityRatio = float64(r.Contiguous) / float64(r.MultiGPU)
 	}
 	gangFigures(in, &r)
+	r.Domains = ComputeDomains(in)
 	r.Waits = waitFigures(in, rp.waits)
 	// Second pass, to the peak, for the GPU map.
 	snap := newReplay(in, nil)

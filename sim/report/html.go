@@ -16,7 +16,7 @@ import (
 // mapNodes bounds the GPU map: beyond this many nodes per run the map shows the first ones.
 const mapNodes = 120
 
-var colours = map[string]string{runner.ModeGPU: "#1f77b4", runner.ModeStock: "#d62728", runner.ModeDRA: "#2ca02c", runner.ModePremade: "#9467bd", runner.ModeTemplatedBare: "#8c564b"}
+var colours = map[string]string{runner.ModeGPU: "#1f77b4", runner.ModeStock: "#d62728", runner.ModeDRA: "#2ca02c", runner.ModeStockAffinity: "#ff7f0e", runner.ModePremade: "#9467bd", runner.ModeTemplatedBare: "#8c564b"}
 
 // utilizationSVG draws utilization (solid) and fragmentation (dashed) of every run over time.
 func utilizationSVG(runs []*runner.RunResult) template.HTML {

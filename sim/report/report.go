@@ -366,7 +366,7 @@ func (r *Report) rows() [][]string {
 		{"double-booked GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.DoubleBookedGPUs) }},
 		{"allocations on unhealthy GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.UnhealthyAllocations) }},
 		{"GPU leases left after pods gone", func(x *runner.RunResult) string {
-			if x.Mode == runner.ModeStock || x.Mode == runner.ModeDRA {
+			if runner.IsStock(x.Mode) {
 				return "n/a (no leases)"
 			}
 			return fmt.Sprint(x.LeasesLeft)
@@ -425,7 +425,7 @@ func (r *Report) rows() [][]string {
 			}},
 			{"GpuClaim creates / pod (counted in the writes above)", func(x *runner.RunResult) string {
 				switch {
-				case x.Mode == runner.ModeStock || x.Mode == runner.ModeDRA:
+				case runner.IsStock(x.Mode):
 					return "-"
 				case x.PremadeClaims > 0:
 					return fmt.Sprintf("%.2f (+ %d made before the clock, not counted)", x.ClaimCreatesPerPod, x.PremadeClaims)
@@ -512,6 +512,14 @@ func (r *Report) rows() [][]string {
 			}},
 		}...)
 	}
+	if r.hasDomains() {
+		for _, d := range domainRows {
+			items = append(items, struct {
+				label string
+				f     f
+			}{d.label, d.f})
+		}
+	}
 	var out [][]string
 	for _, it := range items {
 		row := []string{it.label}
@@ -533,6 +541,51 @@ func (r *Report) hasControllers() bool {
 func (r *Report) hasFill() bool {
 	for _, x := range r.Runs {
 		if x.Fill != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// domainRows are the gang-topology rows (metrics.DomainFigures; the legend in
+// docs/simulator.md "Gangs inside NVLink domains").
+var domainRows = []struct {
+	label string
+	f     func(x *runner.RunResult) string
+}{
+	{"gangs with gangTopology placed (every member bound) / of", domainRow(func(d *metrics.DomainFigures) string {
+		return fmt.Sprintf("%d / %d", d.Placed, d.Gangs)
+	})},
+	{"  placed inside one domain of the level", domainRow(func(d *metrics.DomainFigures) string {
+		return fmt.Sprintf("%d (%s)", d.InOneDomain, pct(d.InOneRatio))
+	})},
+	{"  one domain had room when they arrived: inside one / split", domainRow(func(d *metrics.DomainFigures) string {
+		return fmt.Sprintf("%d (%s) / %d of %d", d.FitInOne, pct(d.FitInOneRate), d.FitSplit, d.FitOnArrival)
+	})},
+	{"  Required gangs placed across domains", domainRow(func(d *metrics.DomainFigures) string {
+		return fmt.Sprint(d.RequiredSplit)
+	})},
+	{"  time to place a gang (first member created -> last bound) p50 / p99", domainRow(func(d *metrics.DomainFigures) string {
+		return dur(d.PlaceP50) + " / " + dur(d.PlaceP99)
+	})},
+	{"  stranded trays while a gang waited: mean / max", domainRow(func(d *metrics.DomainFigures) string {
+		return fmt.Sprintf("%.1f / %d (%d s with a gang waiting)", d.StrandedMean, d.StrandedMax, d.WaitingSamples)
+	})},
+}
+
+func domainRow(f func(d *metrics.DomainFigures) string) func(x *runner.RunResult) string {
+	return func(x *runner.RunResult) string {
+		if x.Metrics.Domains == nil {
+			return "-"
+		}
+		return f(x.Metrics.Domains)
+	}
+}
+
+// hasDomains tells whether a run had gangs with gangTopology; their rows are shown only then.
+func (r *Report) hasDomains() bool {
+	for _, x := range r.Runs {
+		if x.Metrics.Domains != nil {
 			return true
 		}
 	}

@@ -159,6 +159,9 @@ func (o Options) Targets() (map[string]string, error) {
 		if o.BaselineKubeconfig != "" {
 			t[ModeStock] = o.BaselineKubeconfig
 		}
+		if o.Scenario != nil && o.Scenario.Spec.Baseline.GangPodAffinity {
+			t[ModeStockAffinity] = t[ModeStock] // after the plain stock run, on its cluster
+		}
 	}
 	return t, nil
 }

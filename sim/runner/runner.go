@@ -57,13 +57,17 @@ const (
 	// ModePremade it differs by the templates alone (the gpu-scheduler run also differs by
 	// kube-controller-manager's Job and ReplicaSet work); spec.baseline.premadeClaims runs both.
 	ModeTemplatedBare = "gpu-scheduler/templates-bare-pods"
+	// ModeStockAffinity is the stock kube-scheduler counting nvidia.com/gpu, with every member
+	// of a gang that states gangTopology carrying a required podAffinity to its gang on that
+	// level (spec.baseline.gangPodAffinity): what NVIDIA's ComputeDomain examples recommend.
+	ModeStockAffinity = "kube-scheduler-gang-affinity"
 )
 
 // Modes lists the modes in the order they run and are reported. The DRA run comes last: runs
 // after the first reuse its control plane and nodes once the previous run's objects are
 // removed, and that removal knows nothing of ResourceSlices, DeviceClasses and
 // ResourceClaimTemplates.
-var Modes = []string{ModeGPU, ModePremade, ModeTemplatedBare, ModeStock, ModeDRA}
+var Modes = []string{ModeGPU, ModePremade, ModeTemplatedBare, ModeStock, ModeStockAffinity, ModeDRA}
 
 // ModeTitle is how the report heads a mode's column.
 func ModeTitle(mode string) string {
@@ -72,6 +76,8 @@ func ModeTitle(mode string) string {
 		return "stock + nvidia.com/gpu"
 	case ModeDRA:
 		return "stock + DRA"
+	case ModeStockAffinity:
+		return "stock + gang podAffinity"
 	case ModeTemplatedBare:
 		return "gpu-scheduler/templates, bare pods"
 	}
@@ -372,10 +378,10 @@ type modeRun struct {
 
 func newModeRun(o Options, mode string, st *site) *modeRun {
 	s := o.Scenario
-	stock := mode == ModeStock || mode == ModeDRA // both baselines run the stock kube-scheduler
+	stock := IsStock(mode) // the baselines run the stock kube-scheduler
 	controllers := len(s.Spec.Workload.Controllers) > 0 && mode != ModePremade && mode != ModeTemplatedBare
 	began := time.Now()
-	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeDRA: "dra", ModePremade: "premade", ModeTemplatedBare: "tmplbare"}[mode]
+	short := map[string]string{ModeGPU: "ours", ModeStock: "stock", ModeStockAffinity: "stockaff", ModeDRA: "dra", ModePremade: "premade", ModeTemplatedBare: "tmplbare"}[mode]
 	nodes, _ := s.TotalNodes()
 	noop := func() {}
 	return &modeRun{
@@ -571,7 +577,7 @@ func (r *modeRun) startAgents(ctx context.Context) error {
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	r.stopWatch = stopWatch
-	if err := r.rec.watch(watchCtx, r.cs, r.gcs, r.ns, r.withDRA, r.mode != ModeStock && !r.withDRA); err != nil {
+	if err := r.rec.watch(watchCtx, r.cs, r.gcs, r.ns, r.withDRA, !r.stock); err != nil {
 		return err
 	}
 	// Waited for before the agents start, not just before the clock: an agent writes its GPUs'
@@ -892,7 +898,7 @@ func (r *modeRun) figures(w *workload) {
 	for _, p := range r.s.Spec.NodePools {
 		pools[p.Name] = p
 	}
-	in := collect(r.rec, r.plan, pools, w.t0, w.end, r.mode == ModeStock)
+	in := collect(r.rec, r.plan, pools, w.t0, w.end, r.stock && !r.withDRA)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
 	res.Waterfall = metrics.ComputeWaterfall(r.rec.steps(r.plan, w.t0))
@@ -1162,6 +1168,9 @@ func collect(rec *recorder, plan []scenario.PodPlan, pools map[string]scenario.N
 		mp := metrics.Pod{Name: p.Name, Kind: p.Kind, GPUs: p.Claim.Count, Shared: p.Claim.Exclusivity == string(gpuv1.Shared), Gang: p.Gang, Selector: p.Claim.Selector}
 		if t := p.Claim.Topology; t != nil {
 			mp.Topology, mp.MinBandwidthGBps = t.Mode, t.MinBandwidthGBps
+		}
+		if t := p.Claim.GangTopology; t != nil && p.Gang != "" {
+			mp.GangLevel, mp.GangMode = t.Level, t.Mode
 		}
 		if r != nil {
 			mp.Created = r.created - t0

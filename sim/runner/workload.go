@@ -41,7 +41,7 @@ const (
 // its claim (in the templated bare pods run, its controller's claim template); for the stock scheduler it asks for nvidia.com/gpu, or with DRA for a claim from
 // its shape's ResourceClaimTemplate, and turns the claim's selector into a nodeSelector.
 func buildPod(p scenario.PodPlan, ns, run, mode string) *corev1.Pod {
-	stock := isStock(mode)
+	stock := IsStock(mode)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: ns,
@@ -82,6 +82,9 @@ func buildPod(p scenario.PodPlan, ns, run, mode string) *corev1.Pod {
 		if mode == ModeDRA {
 			return draPod(pod, p)
 		}
+		if mode == ModeStockAffinity && p.Gang != "" && p.Claim.GangTopology != nil {
+			gangAffinity(pod, p)
+		}
 		return pod
 	}
 	pod.Spec.SchedulerName = gpuv1.SchedulerName
@@ -94,9 +97,31 @@ func buildPod(p scenario.PodPlan, ns, run, mode string) *corev1.Pod {
 	return pod
 }
 
-// isStock tells whether a mode's pods go to the stock kube-scheduler (both baselines) rather
+// LabelGang names the gang of a pod in the stock run with gang pod affinity: its affinity's
+// label selector.
+const LabelGang = "sim.gpu.scheduling/gang"
+
+// gangAffinity gives a gang member what NVIDIA's ComputeDomain examples (the nvbandwidth MPIJob)
+// give the workers of one job: a label naming the gang and a required podAffinity to the pods
+// with that label, with topologyKey the gang's topology level (nvidia.com/gpu.clique). The
+// first member placed may go to any node (no pod matches yet, and it matches itself); the
+// others must go to nodes with its value of the level. Preferred and Required alike: the
+// examples use the required term.
+func gangAffinity(pod *corev1.Pod, p scenario.PodPlan) {
+	pod.Labels[LabelGang] = p.Gang
+	pod.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelGang: p.Gang}},
+			TopologyKey:   p.Claim.GangTopology.Level,
+		}},
+	}}
+}
+
+// IsStock tells whether a mode's pods go to the stock kube-scheduler (the baselines) rather
 // than to gpu-scheduler (its own run and the pre-made-claims yardstick).
-func isStock(mode string) bool { return mode == ModeStock || mode == ModeDRA }
+func IsStock(mode string) bool {
+	return mode == ModeStock || mode == ModeStockAffinity || mode == ModeDRA
+}
 
 // buildClaim makes the GpuClaim of one plan entry (named like its pod).
 func buildClaim(p scenario.PodPlan, ns, run string) *gpuv1.GpuClaim {
@@ -119,6 +144,9 @@ func buildClaim(p scenario.PodPlan, ns, run string) *gpuv1.GpuClaim {
 	}
 	if p.Gang != "" {
 		c.Spec.GangRef, c.Spec.GangSize = p.Gang, ptr.To(int32(p.GangSize))
+		if t := p.Claim.GangTopology; t != nil {
+			c.Spec.GangTopology = &gpuv1.GangTopology{Level: t.Level, Mode: gpuv1.TopologyMode(t.Mode)}
+		}
 	}
 	return c
 }

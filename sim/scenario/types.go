@@ -120,6 +120,21 @@ type Workload struct {
 	Controllers []Controller `json:"controllers,omitempty"`
 }
 
+// HasGangTopology tells whether some gang of the workload states gangTopology.
+func (w Workload) HasGangTopology() bool {
+	for _, m := range w.Mix {
+		if m.Gang > 1 && m.Claim.GangTopology != nil {
+			return true
+		}
+	}
+	for _, e := range w.Trace {
+		if e.Gang != "" && e.Claim != nil && e.Claim.GangTopology != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // ClaimTemplate is one GpuClaimTemplate of the workload.
 type ClaimTemplate struct {
 	// Name of the GpuClaimTemplate object.
@@ -207,6 +222,19 @@ type ClaimSpec struct {
 	Exclusivity string            `json:"exclusivity,omitempty"`
 	Topology    *TopologySpec     `json:"topology,omitempty"`
 	Selector    map[string]string `json:"selector,omitempty"`
+	// GangTopology places a gang's nodes inside one domain of a node-label level (the claim's
+	// spec.gangTopology); only for pods of a gang. The stock runs cannot express it: the one
+	// with baseline.gangPodAffinity gives each member a required podAffinity to its gang on
+	// the level instead, the plain one nothing.
+	GangTopology *GangTopologySpec `json:"gangTopology,omitempty"`
+}
+
+// GangTopologySpec is the gang's locality at a topology level.
+type GangTopologySpec struct {
+	// Level is the node label whose value names a domain, e.g. nvidia.com/gpu.clique.
+	Level string `json:"level"`
+	// Mode is Required or Preferred (default).
+	Mode string `json:"mode,omitempty"`
 }
 
 // TopologySpec is the claim's NVLink requirement.
@@ -304,6 +332,12 @@ type Baseline struct {
 	// hand-made claims, without kube-controller-manager's Job and ReplicaSet work. Each runs
 	// after the run before it removed what it made, on the same control plane and nodes.
 	PremadeClaims bool `json:"premadeClaims,omitempty"`
+	// GangPodAffinity adds a run of the stock kube-scheduler (nvidia.com/gpu) in which every
+	// member of a gang whose claim states gangTopology carries what NVIDIA's ComputeDomain
+	// examples put on the workers of one job: a required podAffinity, whose label selector
+	// matches the pods of its gang, with topologyKey the gangTopology level. It runs after the
+	// plain stock run, on the same control plane and nodes.
+	GangPodAffinity bool `json:"gangPodAffinity,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s", "1m30s").

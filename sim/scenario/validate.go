@@ -126,6 +126,9 @@ func defaultClaim(c *ClaimSpec) {
 	if c.Exclusivity == "" {
 		c.Exclusivity = string(gpuv1.Exclusive)
 	}
+	if t := c.GangTopology; t != nil && t.Mode == "" {
+		t.Mode = string(gpuv1.TopologyPreferred)
+	}
 }
 
 func oneOf(vals ...string) string { return strings.Join(vals, ", ") }
@@ -186,6 +189,9 @@ func (c *checker) validate(s *Scenario) {
 		if e.MaxPodsLeft != nil {
 			c.add("spec.expectations.maxPodsLeft", "is counted only for a workload of controllers (spec.workload.controllers); remove it")
 		}
+	}
+	if s.Spec.Baseline.GangPodAffinity && !s.Spec.Workload.HasGangTopology() {
+		c.add("spec.baseline.gangPodAffinity", "gives the members of gangs with gangTopology a pod affinity on its level, but no gang states gangTopology; add it to a gang's claim or remove gangPodAffinity")
 	}
 	if s.Spec.Baseline.PremadeClaims && len(s.Spec.Workload.Controllers) == 0 {
 		c.add("spec.baseline.premadeClaims", "compares claim templates with pre-made claims, so it needs spec.workload.controllers; remove it")
@@ -357,6 +363,8 @@ func (c *checker) validateWorkload(w *Workload, pools []NodePool) {
 			c.add(mp+".gang", "must be between 2 and %d pods, got %d", MaxGangSize, m.Gang)
 		case m.Gang == 1:
 			c.add(mp+".gang", "a gang of 1 is a single pod; remove gang or make it 2 or more")
+		case m.Gang == 0 && m.Claim.GangTopology != nil:
+			c.add(mp+".claim.gangTopology", "places the nodes of a gang; set gang: N (2 or more) or remove gangTopology")
 		}
 	}
 	pods := map[string]bool{}
@@ -380,6 +388,9 @@ func (c *checker) validateWorkload(w *Workload, pools []NodePool) {
 			c.add(tp+".gpus", "give either gpus or claim, not both")
 		default:
 			c.validateClaim(tp+".claim", e.Claim, pools)
+			if e.Claim.GangTopology != nil && e.Gang == "" {
+				c.add(tp+".claim.gangTopology", "places the nodes of a gang; name the gang (gang: NAME) or remove gangTopology")
+			}
 		}
 		if e.Duration.Duration < 0 {
 			c.add(tp+".duration", "must not be negative, got %s", e.Duration.Duration)
@@ -422,6 +433,9 @@ func (c *checker) validateControllers(w *Workload, pools []NodePool) {
 		}
 		templates[t.Name] = true
 		c.validateClaim(tp+".claim", &w.ClaimTemplates[i].Claim, pools)
+		if w.ClaimTemplates[i].Claim.GangTopology != nil {
+			c.add(tp+".claim.gangTopology", "the simulator plays gang topology only for gangs of bare pods (mix gang: N or trace gang: NAME); remove it")
+		}
 	}
 	if len(w.ClaimTemplates) > 0 && len(w.Controllers) == 0 {
 		c.add(p+".claimTemplates", "no controller names a template; add controllers (Jobs or Deployments) or remove claimTemplates")
@@ -506,6 +520,16 @@ func (c *checker) validateClaim(path string, cl *ClaimSpec, pools []NodePool) {
 		c.add(path+".exclusivity", "MIG is not implemented by the scheduler; use Exclusive or Shared")
 	default:
 		c.add(path+".exclusivity", "%q is unknown; use Exclusive or Shared", cl.Exclusivity)
+	}
+	if t := cl.GangTopology; t != nil {
+		if msgs := validation.IsQualifiedName(t.Level); len(msgs) > 0 {
+			c.add(path+".gangTopology.level", "%q is not a node label key (%s); e.g. nvidia.com/gpu.clique", t.Level, strings.Join(msgs, "; "))
+		}
+		switch gpuv1.TopologyMode(t.Mode) {
+		case gpuv1.TopologyRequired, gpuv1.TopologyPreferred:
+		default:
+			c.add(path+".gangTopology.mode", "%q is unknown; use Required or Preferred", t.Mode)
+		}
 	}
 	if t := cl.Topology; t != nil {
 		switch gpuv1.TopologyMode(t.Mode) {
