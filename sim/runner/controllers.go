@@ -62,7 +62,7 @@ func createClaimTemplates(ctx context.Context, gcs versioned.Interface, s *scena
 func podTemplate(p scenario.PodPlan, kind, ns, run, mode string) corev1.PodTemplateSpec {
 	pod := buildPod(p, ns, run, mode)
 	pod.Labels[LabelController] = p.Controller
-	if !isStock(mode) {
+	if !IsStock(mode) {
 		delete(pod.Annotations, gpuv1.AnnotationClaim)
 		pod.Annotations[gpuv1.AnnotationClaimTemplate] = p.Template
 	}
