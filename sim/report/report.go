@@ -21,7 +21,7 @@ import (
 )
 
 // AnyNNote says how the stock scheduler's GPU IDs are read, naming the policy.
-const AnyNNote = "The stock kube-scheduler only counts nvidia.com/gpu: it picks a node, not GPU IDs. Inside the node its pods get the GPUs the " + baseline.PolicyName + " would pick among the free healthy ones, run on the same mock NVML topology as the agent's. Multi-node NVLink domains (GB200 NVL72) are not used by either scheduler: islands are per node."
+const AnyNNote = "The stock kube-scheduler only counts nvidia.com/gpu: it picks a node, not GPU IDs. Inside the node its pods get the GPUs the " + baseline.PolicyName + " would pick among the free healthy ones, run on the same mock NVML topology as the agent's. Islands are per node for both; multi-node NVLink domains (GB200 NVL72) place only gangs: gpu-scheduler's by their claims' gangTopology, the stock scheduler's only through a pod affinity (the gang podAffinity run)."
 
 // DRANote says what the DRA run is and what it is not.
 const DRANote = "The stock + DRA run: the same nodes publish resource.k8s.io/v1 ResourceSlices (one device per GPU with its index, UUID, model, memory, island, bandwidth and health from the agents' own discovery of the mock NVML; a GPU that is not Healthy carries a NoSchedule device taint), and each pod names a ResourceClaimTemplate of its claim's shape; the stock kube-scheduler's DynamicResources plugin allocates the devices and its GPU IDs are read from the ResourceClaims' allocation results. kwok runs the pods: no kubelet plugin prepares the devices, so the figures are about placement."
@@ -30,6 +30,9 @@ const DRANote = "The stock + DRA run: the same nodes publish resource.k8s.io/v1 
 const StagesNote = "In the scheduler: each scheduler's own histograms, read at the end of its workload (scheduler_pod_scheduling_sli_duration_seconds from the first entry into the active queue, past PreEnqueue, to bound over all attempts, scheduler_scheduling_algorithm_duration_seconds, scheduler_framework_extension_point_duration_seconds for successful PreBind and Bind). Means are exact; p99 is interpolated within buckets that double in width (the queue series' first bucket is 10 ms), as histogram_quantile does. Created -> bound adds the time before the scheduler's informer queues the pod."
 
 // WaitNote says which pods count as having waited and what makes a wait avoidable.
+// DomainNote explains the rows of gangs with gangTopology.
+const DomainNote = "Gangs inside one domain (gangs whose claims state gangTopology): a gang is inside one domain when every member's node carries the level's label with one value. Fit on arrival, stranded trays: a replay of bindings and ends (GPUs per node), so GPUs that gpu-scheduler has reserved for gang members waiting in Permit for their mates read as free until the members are bound; a tray is a node of a domain with all its GPUs free, stranded while some gang waits and none of the waiting gangs' unbound members fit in its domain at once (docs/simulator.md, Gangs inside NVLink domains)."
+
 const WaitNote = "Waits: a bound pod waited when it was seen unschedulable or was bound more than the run's median latency + 100 ms after its creation. From the moment it was seen, the GPU occupancy replay (GPUs taken when a binding is seen, free again when the pod is seen finished or deleted, as a scheduler learns of it) finds the first moment a placement for its claim was free: its selector's nodes, enough healthy GPUs free to it, in one island at the bandwidth floor only for topology Required (Preferred makes that a wish; nvidia.com/gpu can express neither). Avoidable wait = binding - that moment (an upper bound: GPUs reserved but not yet bound read as free); a pod with no fit free when seen waited for capacity first."
 
 // Check is one expectation of the scenario, judged on the gpu-scheduler run.
@@ -83,6 +86,9 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 	}
 	if len(runs) > 0 {
 		r.Notes = append(r.Notes, WaitNote)
+	}
+	if r.hasDomains() {
+		r.Notes = append(r.Notes, DomainNote)
 	}
 	for _, x := range runs {
 		if x.SchedulerStages != nil {

@@ -177,3 +177,37 @@ func TestTableWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestTableDomains: with gangs that state gangTopology the table has the domain rows, "-" for
+// a run without the figures, and the note; without such gangs neither.
+func TestTableDomains(t *testing.T) {
+	s := &scenario.Scenario{Metadata: scenario.Metadata{Name: "domains"}, Spec: scenario.Spec{
+		NodePools: []scenario.NodePool{{Name: "a", Count: 2, Topology: "gb200-nvl72", GPUsPerNode: 4}},
+		Workload:  scenario.Workload{Trace: []scenario.TraceEntry{{Name: "p", Claim: &scenario.ClaimSpec{Count: 1}}}},
+	}}
+	ours, stock := &runner.RunResult{Mode: runner.ModeGPU}, &runner.RunResult{Mode: runner.ModeStock}
+	ours.Metrics.Domains = &metrics.DomainFigures{Level: "nvidia.com/gpu.clique", Gangs: 10, Placed: 8, InOneDomain: 6, InOneRatio: 0.75,
+		FitOnArrival: 5, FitInOne: 4, FitSplit: 1, FitInOneRate: 0.8, RequiredSplit: 0, PlaceP50: 2 * time.Second, PlaceP99: 9 * time.Second,
+		StrandedMean: 1.5, StrandedMax: 7, WaitingSamples: 30}
+	var b bytes.Buffer
+	Build(s, "domains.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute).Table(&b)
+	out := b.String()
+	for _, re := range []string{
+		`gangs with gangTopology placed \(every member bound\) / of +8 / 10 +-\n`,
+		`placed inside one domain of the level +6 \(75\.0%\) +-\n`,
+		`one domain had room when they arrived: inside one / split +4 \(80\.0%\) / 1 of 5 +-\n`,
+		`time to place a gang \(first member created -> last bound\) p50 / p99 +2(\.0+)?s / 9(\.0+)?s +-\n`,
+		`stranded trays while a gang waited: mean / max +1\.5 / 7 \(30 s with a gang waiting\) +-\n`,
+		`note: Gangs inside one domain`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("the table lacks a line like %s:\n%s", re, out)
+		}
+	}
+	ours.Metrics.Domains = nil
+	b.Reset()
+	Build(s, "domains.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute).Table(&b)
+	if strings.Contains(b.String(), "inside one domain") {
+		t.Errorf("the table has domain rows without gangTopology:\n%s", b.String())
+	}
+}
