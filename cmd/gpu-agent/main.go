@@ -44,6 +44,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/telemetry"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/httpserve"
 	"github.com/gpu-scheduler/gpu-scheduler/metricsauth"
 )
 
@@ -159,7 +160,7 @@ func run(ctx context.Context, o options) error {
 	mux := http.NewServeMux()
 	addProbes(mux, probe)
 
-	serve(ctx, &http.Server{Addr: o.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	httpserve.Run(ctx, &http.Server{Addr: o.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
 	if o.metricsAddr != "0" {
 		guard, err := metricsauth.NewGuard(cfg, "gpu-agent")
 		if err != nil {
@@ -172,7 +173,7 @@ func run(ctx context.Context, o options) error {
 		secure := http.NewServeMux()
 		addProbes(secure, probe)
 		secure.Handle("GET /metrics", guard(legacyregistry.Handler()))
-		serve(ctx, &http.Server{Addr: o.metricsAddr, Handler: secure, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second})
+		httpserve.Run(ctx, &http.Server{Addr: o.metricsAddr, Handler: secure, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second})
 	}
 	logger.Info("gpu-agent starting", "node", o.nodeName, "listen", o.listen, "metrics", o.metricsAddr, "schedulerName", o.schedulerName)
 	ready.Store(true)
@@ -205,28 +206,6 @@ func addProbes(mux *http.ServeMux, r readiness) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-}
-
-// serve runs srv (HTTPS when it has a TLS configuration) until ctx ends.
-func serve(ctx context.Context, srv *http.Server) {
-	logger := klog.FromContext(ctx)
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	go func() {
-		var err error
-		if srv.TLSConfig != nil {
-			err = srv.ListenAndServeTLS("", "")
-		} else {
-			err = srv.ListenAndServe()
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "HTTP server failed", "address", srv.Addr)
-		}
-	}()
 }
 
 // runNode runs the agent for this node, over the real NVML or, in demo mode, a simulated server.

@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/httpserve"
 	"github.com/gpu-scheduler/gpu-scheduler/metricsauth"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/fleet"
 )
@@ -125,7 +126,7 @@ func runAgentFleet(ctx context.Context, o agentFleetOptions) error {
 	fh := f.Handler()
 	mux.Handle("POST /fault", fh)
 	mux.Handle("GET /nodes", fh)
-	serveUntilDone(ctx, &http.Server{Addr: o.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	httpserve.Run(ctx, &http.Server{Addr: o.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
 	if o.metricsAddr != "0" {
 		guard, err := metricsauth.NewGuard(cfg, "gpu-sim agent-fleet")
 		if err != nil {
@@ -138,7 +139,7 @@ func runAgentFleet(ctx context.Context, o agentFleetOptions) error {
 		secure := http.NewServeMux()
 		addFleetProbes(secure, &ready)
 		secure.Handle("GET /metrics", guard(legacyregistry.Handler()))
-		serveUntilDone(ctx, &http.Server{Addr: o.metricsAddr, Handler: secure, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second})
+		httpserve.Run(ctx, &http.Server{Addr: o.metricsAddr, Handler: secure, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second})
 	}
 	logger.Info("Agent fleet starting", "listen", o.listen, "metrics", o.metricsAddr, "schedulerName", o.schedulerName, "nodeSelector", o.nodeSelector)
 	ready.Store(true)
@@ -155,26 +156,4 @@ func addFleetProbes(mux *http.ServeMux, ready *atomic.Bool) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-}
-
-// serveUntilDone runs srv (HTTPS when it has a TLS configuration) until ctx ends.
-func serveUntilDone(ctx context.Context, srv *http.Server) {
-	logger := klog.FromContext(ctx)
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	go func() {
-		var err error
-		if srv.TLSConfig != nil {
-			err = srv.ListenAndServeTLS("", "")
-		} else {
-			err = srv.ListenAndServe()
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "HTTP server failed", "address", srv.Addr)
-		}
-	}()
 }
