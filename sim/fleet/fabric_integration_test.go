@@ -5,19 +5,15 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/status"
-	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/fleet"
@@ -30,23 +26,7 @@ import (
 func TestFleetFabricOnRealControlPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 5*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Name: "agent-fabric"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	}()
-	if err := c.InstallCRDs(ctx, filepath.Join("..", "..", "charts", "gpu-scheduler", "crds")); err != nil {
-		t.Fatal(err)
-	}
-	kube := kubernetes.NewForConfigOrDie(c.RESTConfig())
-	gpus := versioned.NewForConfigOrDie(c.RESTConfig())
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpu-scheduler"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kube, gpus, c := controlPlane(ctx, t, "agent-fabric", 0, 0)
 	const pool, trays = "gb200-nvl72", 3
 	if err := c.CreateNodePool(ctx, cluster.NodePool{Name: pool, Count: trays, GPUsPerNode: 4, Topology: pool}); err != nil {
 		t.Fatal(err)

@@ -5,20 +5,17 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
-	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/fleet"
@@ -57,26 +54,7 @@ var want = map[string]expected{
 func TestFleetOnRealControlPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 10*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Name: "agent-fleet"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	}()
-	if err := c.InstallCRDs(ctx, filepath.Join("..", "..", "charts", "gpu-scheduler", "crds")); err != nil {
-		t.Fatal(err)
-	}
-	cfg := c.RESTConfig()
-	cfg.QPS, cfg.Burst = 500, 1000
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	gpus := versioned.NewForConfigOrDie(cfg)
-	// The lease namespace, where every agent renews its liveness lease.
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpu-scheduler"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kube, gpus, c := controlPlane(ctx, t, "agent-fleet", 500, 1000)
 
 	const perPool = 20
 	nodeTopology := map[string]string{}
