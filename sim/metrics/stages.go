@@ -125,6 +125,12 @@ func stageOf(fam *dto.MetricFamily, match map[string]string) *Stage {
 	if count == 0 {
 		return nil
 	}
+	return stageFrom(count, sum, buckets)
+}
+
+// stageFrom is the Stage of a histogram of count observations summing to sum, with
+// cumulative buckets by upper bound.
+func stageFrom(count uint64, sum float64, buckets map[float64]uint64) *Stage {
 	q, above := quantile(0.99, buckets, count)
 	q50, _ := quantile(0.5, buckets, count)
 	return &Stage{

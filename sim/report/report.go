@@ -3,9 +3,11 @@
 package report
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -275,6 +277,63 @@ func span(x *runner.RunResult, name string) string {
 	return "-"
 }
 
+// apiRowsMax bounds the API server's request rows: the busiest request kinds are where its
+// time goes; the rest are in report.json.
+const apiRowsMax = 10
+
+// apiRequestKeys are the request kinds the table shows the API server's latency for: those
+// made at least once per ten pods bound in some run, by the API server's time spent on them
+// (count x mean, the most in any run) first.
+func (r *Report) apiRequestKeys() []string {
+	busy := map[string]time.Duration{}
+	for _, x := range r.Runs {
+		if x.APIServer == nil {
+			continue
+		}
+		least := max(int64(x.Metrics.Bound)/10, 1)
+		for k, st := range x.APIServer.Requests {
+			if st.Count < least {
+				continue
+			}
+			busy[k] = max(busy[k], time.Duration(st.Count)*st.Mean)
+		}
+	}
+	keys := slices.Collect(maps.Keys(busy))
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := cmp.Compare(busy[b], busy[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	if len(keys) > apiRowsMax {
+		keys = keys[:apiRowsMax]
+	}
+	return keys
+}
+
+// webhookKeys are the admission webhooks any run's API server called, sorted.
+func (r *Report) webhookKeys() []string {
+	seen := map[string]bool{}
+	for _, x := range r.Runs {
+		if x.APIServer != nil {
+			for k := range x.APIServer.Webhooks {
+				seen[k] = true
+			}
+		}
+	}
+	keys := slices.Collect(maps.Keys(seen))
+	slices.Sort(keys)
+	return keys
+}
+
+// apiStageText is stageText with the number of requests, or "-" for none.
+func apiStageText(st *metrics.Stage) string {
+	if st == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s x %d", stageText(st), st.Count)
+}
+
 // requestVerbs are the API verbs whose client-side latency the table shows.
 var requestVerbs = []string{"POST", "PUT", "PATCH", "GET"}
 
@@ -419,6 +478,45 @@ func (r *Report) rows() [][]string {
 			}})
 		}
 		items = slices.Insert(items, i+1, verbs...)
+		break
+	}
+	// Inside the API server: its latency for the requests the runs made most of, and its
+	// admission webhooks' calls, before the placement rows.
+	for i, it := range items {
+		if it.label != "contiguous multi-GPU pods" {
+			continue
+		}
+		var api []struct {
+			label string
+			f     f
+		}
+		for j, k := range r.apiRequestKeys() {
+			label := "  " + k
+			if j == 0 {
+				label = "in the API server, p50 / p99 (mean) x requests: " + k
+			}
+			api = append(api, struct {
+				label string
+				f     f
+			}{label, func(x *runner.RunResult) string {
+				if x.APIServer == nil {
+					return "-"
+				}
+				return apiStageText(x.APIServer.Requests[k])
+			}})
+		}
+		for _, k := range r.webhookKeys() {
+			api = append(api, struct {
+				label string
+				f     f
+			}{"  admission webhook " + k, func(x *runner.RunResult) string {
+				if x.APIServer == nil {
+					return "-"
+				}
+				return apiStageText(x.APIServer.Webhooks[k])
+			}})
+		}
+		items = slices.Insert(items, i, api...)
 		break
 	}
 	if r.hasControllers() {

@@ -178,6 +178,43 @@ func TestTableWaits(t *testing.T) {
 	}
 }
 
+// TestTableAPIServer: the API server's latency rows, the busiest request kind first, only
+// the kinds made at least once per ten pods bound, and one row per admission webhook.
+func TestTableAPIServer(t *testing.T) {
+	s := &scenario.Scenario{Metadata: scenario.Metadata{Name: "api"}, Spec: scenario.Spec{
+		NodePools: []scenario.NodePool{{Name: "a", Count: 2, Topology: "dgx-h100", GPUsPerNode: 8}},
+		Workload:  scenario.Workload{Trace: []scenario.TraceEntry{{Name: "p", Claim: &scenario.ClaimSpec{Count: 1}}}},
+	}}
+	ours, stock := &runner.RunResult{Mode: runner.ModeGPU}, &runner.RunResult{Mode: runner.ModeStock}
+	ours.Metrics.Bound, stock.Metrics.Bound = 100, 100
+	ms := time.Millisecond
+	ours.APIServer = &metrics.APIServer{
+		Requests: map[string]*metrics.Stage{
+			"POST pods/binding":                   {Count: 100, Mean: 3 * ms, P50: 2 * ms, P99: 9 * ms},
+			"PUT gpuclaims.gpu.scheduling/status": {Count: 100, Mean: 20 * ms, P50: 15 * ms, P99: 90 * ms},
+			"GET nodes":                           {Count: 9, Mean: 500 * ms, P50: 500 * ms, P99: 500 * ms},
+		},
+		Webhooks: map[string]*metrics.Stage{"pods.gpu.scheduling CREATE (admit)": {Count: 100, Mean: 4 * ms, P50: 3 * ms, P99: 12 * ms}},
+	}
+	stock.APIServer = &metrics.APIServer{Requests: map[string]*metrics.Stage{"POST pods/binding": {Count: 100, Mean: 50 * ms, P50: 40 * ms, P99: 200 * ms}}}
+	var b bytes.Buffer
+	Build(s, "api.yaml", []*runner.RunResult{ours, stock}, time.Unix(0, 0), time.Minute).Table(&b)
+	out := b.String()
+	for _, re := range []string{
+		// The stock run's Bindings took 5 s of the API server's time: the busiest kind.
+		`\nin the API server, p50 / p99 \(mean\) x requests: POST pods/binding +2ms / 9ms \(mean 3ms\) x 100 +40ms / 200ms \(mean 50ms\) x 100\n` +
+			`  PUT gpuclaims\.gpu\.scheduling/status +15ms / 90ms \(mean 20ms\) x 100 +-\n` +
+			`  admission webhook pods\.gpu\.scheduling CREATE \(admit\) +3ms / 12ms \(mean 4ms\) x 100 +-\ncontiguous multi-GPU pods`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("the table lacks lines like %s:\n%s", re, out)
+		}
+	}
+	if strings.Contains(out, "GET nodes") {
+		t.Errorf("a request kind made less than once per ten pods has a row:\n%s", out)
+	}
+}
+
 // TestTableDomains: with gangs that state gangTopology the table has the domain rows, "-" for
 // a run without the figures, and the note; without such gangs neither.
 func TestTableDomains(t *testing.T) {

@@ -221,6 +221,9 @@ type RunResult struct {
 	// Waterfall is where the bound pods' time went, stage by stage, from each pod's own
 	// timeline (metrics.ComputeWaterfall).
 	Waterfall []metrics.Span `json:"waterfall,omitempty"`
+	// APIServer is where the requests' time went inside the kube-apiserver during the
+	// workload, by verb and resource and by admission webhook, from its own histograms.
+	APIServer *metrics.APIServer `json:"apiServer,omitempty"`
 	// CPUCauses split the profiled processes' workload CPU by cause (Options.Profile).
 	CPUCauses    []profile.Breakdown `json:"cpuCauses,omitempty"`
 	CreateErrors int64               `json:"createErrors"`
@@ -684,24 +687,26 @@ func (r *modeRun) setupDRA(ctx context.Context) error {
 
 // workload is what playing the workload leaves for the figures.
 type workload struct {
-	pl             *player
-	t0, end        time.Duration // on the recorder's clock
-	before, after  metrics.RequestCounts
-	liveness       metrics.LivenessWrites
-	full, timedOut bool
+	pl            *player
+	t0, end       time.Duration // on the recorder's clock
+	before, after metrics.RequestCounts
+	// apiBefore and apiAfter are the API server's latency histograms at the two ends.
+	apiBefore, apiAfter metrics.Histograms
+	liveness            metrics.LivenessWrites
+	full, timedOut      bool
 }
 
 // playWorkload plays the workload and the faults from the clock's start until the workload is
 // done (waitWorkload), and reads what it cost: CPU, profiles, the apiserver's requests, the
 // agents' liveness writes.
 func (r *modeRun) playWorkload(ctx context.Context) (*workload, error) {
-	before, err := scrapeRequests(ctx, r.cs)
+	before, apiBefore, err := scrapeRequests(ctx, r.cs)
 	if err != nil {
 		return nil, err
 	}
 	livenessBefore := r.fleet.LivenessWrites()
 	pl := r.newPlayer()
-	w := &workload{pl: pl, t0: pl.t0, before: before}
+	w := &workload{pl: pl, t0: pl.t0, before: before, apiBefore: apiBefore}
 	var prof *profile.Collection
 	if r.o.Profile && r.o.LogDir != "" {
 		if prof, err = startProfiles(ctx, r.c, r.sched, r.schedOpts.Name, filepath.Join(r.o.LogDir, "profiles-"+r.short)); err != nil {
@@ -740,7 +745,7 @@ func (r *modeRun) playWorkload(ctx context.Context) (*workload, error) {
 	r.bar.last = time.Time{}
 	r.bar.update(bound, int(pl.created.Load()), len(r.plan), w.end-w.t0)
 	r.bar.done()
-	if w.after, err = scrapeRequests(ctx, r.cs); err != nil {
+	if w.after, w.apiAfter, err = scrapeRequests(ctx, r.cs); err != nil {
 		return nil, err
 	}
 	w.liveness = r.fleet.LivenessWrites().Sub(livenessBefore)
@@ -902,6 +907,7 @@ func (r *modeRun) figures(w *workload) {
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
 	res.Waterfall = metrics.ComputeWaterfall(r.rec.steps(r.plan, w.t0))
+	res.APIServer = metrics.APIServerFigures(w.apiAfter.Sub(w.apiBefore))
 	// From the first pod made: needs the bound figures, so after Compute.
 	if len(r.s.Spec.Workload.Controllers) > 0 {
 		if first, ok := r.rec.firstSeen(); ok && res.Metrics.Bound > 0 {
@@ -1208,12 +1214,22 @@ func nodeLabels(pool scenario.NodePool, name string) map[string]string {
 	return l
 }
 
-func scrapeRequests(ctx context.Context, cs kubernetes.Interface) (metrics.RequestCounts, error) {
+// scrapeRequests reads the API server's request totals and its latency histograms
+// (metrics.APIServerFamilies) from its /metrics.
+func scrapeRequests(ctx context.Context, cs kubernetes.Interface) (metrics.RequestCounts, metrics.Histograms, error) {
 	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reading the apiserver's /metrics: %w", err)
+		return nil, nil, fmt.Errorf("reading the apiserver's /metrics: %w", err)
 	}
-	return metrics.ParseRequestTotals(string(raw))
+	counts, err := metrics.ParseRequestTotals(string(raw))
+	if err != nil {
+		return nil, nil, err
+	}
+	hist, err := metrics.ParseHistograms(bytes.NewReader(raw), metrics.APIServerFamilies...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return counts, hist, nil
 }
 
 // countLeases counts the GPU leases. (A one-item page would not help: the apiserver gives no
