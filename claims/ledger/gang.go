@@ -27,16 +27,36 @@ type GangMember struct {
 // the fewest free GPUs (best fit). It is a necessary condition, cheap enough for thousands of
 // nodes: summaries rule nodes out, and the allocator is run only on the node chosen.
 func (c *Ledger) GangFits(members []GangMember, oldest time.Time, selected func(*apiv1.GpuClaim, string) bool) int {
+	placed, _ := c.GangPlan(members, oldest, selected)
+	return placed
+}
+
+// GangPlan is GangFits that also names the node it placed each counted member on (a node
+// appears once per member placed there): the nodes a gang still to place is expected to use.
+func (c *Ledger) GangPlan(members []GangMember, oldest time.Time, selected func(*apiv1.GpuClaim, string) bool) (placed int, nodes []string) {
+	return c.GangPlanOn(members, oldest, nil, selected)
+}
+
+// GangPlanOn is GangPlan over the named nodes only (all nodes when on is nil): a domain's
+// nodes, without a walk over the fleet for each domain.
+func (c *Ledger) GangPlanOn(members []GangMember, oldest time.Time, on []string, selected func(*apiv1.GpuClaim, string) bool) (placed int, nodes []string) {
 	order := slices.Clone(members)
 	slices.SortStableFunc(order, func(a, b GangMember) int { return b.Req.Count - a.Req.Count })
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	names := on
+	if names == nil {
+		names = make([]string, 0, len(c.nodes))
+		for name := range c.nodes {
+			names = append(names, name)
+		}
+	}
 	trial := map[string]*allocator.Node{} // nodes with members of this check placed on them
-	placed := 0
 	for _, m := range order {
 		best, bestFree := "", 0
-		for name, e := range c.nodes {
-			if e.base == nil || e.heartbeat.Before(oldest) || !selected(m.Claim, name) {
+		for _, name := range names {
+			e := c.nodes[name]
+			if e == nil || e.base == nil || e.heartbeat.Before(oldest) || !selected(m.Claim, name) {
 				continue
 			}
 			free := 0
@@ -79,8 +99,9 @@ func (c *Ledger) GangFits(members []GangMember, oldest time.Time, selected func(
 		}
 		trial[best] = n
 		placed++
+		nodes = append(nodes, best)
 	}
-	return placed
+	return placed, nodes
 }
 
 // FreeGPUs counts a node's healthy GPUs nobody holds.

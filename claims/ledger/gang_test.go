@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -32,6 +33,10 @@ func TestGangFitsIsBestFit(t *testing.T) {
 		if got := l.GangFits(tt.members, now.Add(-time.Minute), all); got != tt.want {
 			t.Errorf("case %d: %d members fit, want %d", i, got, tt.want)
 		}
+	}
+	// The plan names the node of each member counted, largest first, best fit.
+	if placed, nodes := l.GangPlan([]GangMember{m(3), m(4), m(3)}, now.Add(-time.Minute), all); placed != 3 || !slices.Equal(nodes, []string{"a", "a", "b"}) {
+		t.Errorf("plan: %d placed on %v, want 3 on [a a b]", placed, nodes)
 	}
 	// Stale nodes and nodes the selector rules out do not count.
 	if got := l.GangFits([]GangMember{m(1)}, now.Add(time.Minute), all); got != 0 {

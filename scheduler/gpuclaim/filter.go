@@ -37,6 +37,9 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if !s.domain.holds(node.Labels) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonOutsideDomain)
 	}
+	if g := p.holds.holder(node.Name, s.gang); g != "" {
+		return fwk.NewStatus(fwk.Unschedulable, reasonHeldForGang)
+	}
 	if len(node.Name) > validation.LabelValueMaxLength && apiv1.CheckNodeName(node.Name) != nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ledger.ReasonNodeName)
 	}

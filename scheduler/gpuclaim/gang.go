@@ -152,6 +152,7 @@ func (p *Plugin) gangPreFilter(claim *apiv1.GpuClaim, oldest time.Time) (domain,
 
 // allowGang lets every waiting member of a gang go on to PreBind.
 func (p *Plugin) allowGang(ctx context.Context, key string) {
+	p.holds.release(key)
 	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		if p.gangOfPod(wp.GetPod()) == key {
 			klog.FromContext(ctx).V(3).Info("Gang complete; letting a waiting member bind", "gang", key, "pod", klog.KObj(wp.GetPod()))
@@ -163,6 +164,7 @@ func (p *Plugin) allowGang(ctx context.Context, key string) {
 // rejectGang sends every waiting member of a gang back to the queue, which releases their
 // reservations (Unreserve).
 func (p *Plugin) rejectGang(ctx context.Context, key string, why string) {
+	p.holds.release(key)
 	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		if p.gangOfPod(wp.GetPod()) == key {
 			klog.FromContext(ctx).V(3).Info("Releasing a waiting gang member", "gang", key, "pod", klog.KObj(wp.GetPod()), "reason", why)

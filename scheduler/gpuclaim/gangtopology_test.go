@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
 	framework "k8s.io/kubernetes/pkg/scheduler/framework"
@@ -80,13 +81,28 @@ func TestGangTopology(t *testing.T) {
 		t.Fatalf("second member offered %v, want the two other nodes of dom2", got)
 	}
 
-	// Five members fit no domain: Required waits and names the largest free block.
+	// The rest of the gang is planned on the other two nodes of dom2, which other pods keep off
+	// (a pod outside any gang, here, and any other gang's members).
+	wantStatus(t, "Filter of another pod on a node held for the gang", e.filter(t, pods["pref0"], "dom2-1"), fwk.Unschedulable, reasonHeldForGang)
+
+	// Five members fit no domain: Required waits, names the largest free block, and keeps the
+	// domain nearest to fitting it (dom3: 28 free GPUs, 20 wanted) for itself.
 	_, st = e.p.PreFilter(t.Context(), framework.NewCycleState(), pods["big0"], nil)
 	wantStatus(t, "Required gang larger than any domain", st, fwk.Unschedulable,
-		"gang ns/big (gangTopology nvidia.com/gpu.clique, Required): no domain of nvidia.com/gpu.clique has room for all 5 pods at once; the largest free block is 28 GPUs on 4 nodes in nvidia.com/gpu.clique=dom3")
-	// Preferred takes any node then.
-	if got := offered("pref0"); len(got) < 5 || !slices.Contains(got, "x") {
-		t.Fatalf("Preferred gang larger than any domain offered %v, want nodes of every domain and x", got)
+		"gang ns/big (gangTopology nvidia.com/gpu.clique, Required): no domain of nvidia.com/gpu.clique has room for all 5 pods at once; the largest free block is 28 GPUs on 4 nodes in nvidia.com/gpu.clique=dom3; nvidia.com/gpu.clique=dom3 is kept for it")
+	// Preferred takes any node then, but those held: dom2's planned for req, dom3 kept for big
+	// (dom2-0 has 3 GPUs left, too few for a member).
+	if got, want := offered("pref0"), []string{"dom1-0", "dom1-1", "x"}; !slices.Equal(got, want) {
+		t.Fatalf("Preferred gang larger than any domain offered %v, want %v", got, want)
+	}
+	// The gang placed lets its nodes go; a gang whose members are deleted lets its domain go.
+	e.p.allowGang(t.Context(), "ns/req")
+	if err := e.gpu.GpuV1().GpuClaims("ns").Delete(t.Context(), "big4", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, func() bool { _, _, held := e.p.holds.held("ns/big"); return !held })
+	if got := offered("pref0"); len(got) != 9 {
+		t.Fatalf("after the holds are let go, the Preferred gang was offered %v, want every node with room", got)
 	}
 	// A level the scheduler was not configured with.
 	_, st = e.p.PreFilter(t.Context(), framework.NewCycleState(), pods["rack0"], nil)
@@ -107,4 +123,20 @@ func TestPendingNamesTheSelector(t *testing.T) {
 	if st.Message() != "no node has 8 healthy free GPUs for GpuClaim ns/any" {
 		t.Fatalf("PreFilter without a selector: %q", st.Message())
 	}
+}
+
+// filter runs PreFilter and Filter for pod on one node of the env.
+func (e *testEnv) filter(t *testing.T, pod *v1.Pod, node string) *fwk.Status {
+	t.Helper()
+	cs := framework.NewCycleState()
+	if _, st := e.p.PreFilter(t.Context(), cs, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter of %s: %v", pod.Name, st)
+	}
+	i := slices.IndexFunc(e.nodes, func(n *v1.Node) bool { return n.Name == node })
+	if i < 0 {
+		t.Fatalf("no node %s", node)
+	}
+	ni := framework.NewNodeInfo()
+	ni.SetNode(e.nodes[i])
+	return e.p.Filter(t.Context(), cs, pod, ni)
 }

@@ -128,6 +128,10 @@ type Plugin struct {
 	// (finishing.go); both nil without the device plugin.
 	admit     *admitGate
 	finishing *finishing
+	// domains groups nodes by topology level; holds are the nodes gangs hold in their domain
+	// (domains.go).
+	domains *domainIndex
+	holds   *domainHolds
 	// createSlots bounds the GPU lease creates made in parallel (leases.go).
 	createSlots chan struct{}
 
@@ -182,6 +186,8 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		admit:        newAdmitGate(ptr.Deref(args.DeviceResourceName, "")),
 	}
 	p.ledger.SetClock(clk.Now)
+	p.domains = newDomainIndex(args.TopologyLevels)
+	p.holds = newDomainHolds(clk)
 	p.status = newStatusWriter(p)
 	p.proc = proc
 	p.fieldManager = fieldManagerFor(h)
@@ -256,6 +262,13 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
 		handlers = append(handlers, reg)
+	}
+
+	// Nodes come from the scheduler's own informer too. The framework starts that factory
+	// after the plugins are made, so the index is not waited for here: until it has the
+	// nodes, gangs with gangTopology find no domain and wait, and no pod is kept off a domain.
+	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(p.domains.handler()); err != nil {
+		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
 
 	// Pods come from the scheduler's own informer (it excludes finished pods, so a pod that
@@ -378,6 +391,9 @@ func (p *Plugin) claimHandler(ctx context.Context) cache.ResourceEventHandler {
 			if ok && ok2 && (c.Generation != prev.Generation || c.Status.PodUID != prev.Status.PodUID) {
 				p.activateClaim(ctx, claims.Key(c.Namespace, c.Name))
 			}
+			if ok && ok2 && c.Generation != prev.Generation {
+				p.holds.release(ledger.GangKey(prev)) // its gang's topology or members may have changed
+			}
 		},
 		// A pod made again under the name of one that went (a StatefulSet's) waits for the
 		// earlier pod's claim to be collected; then the plugin makes its own.
@@ -387,6 +403,9 @@ func (p *Plugin) claimHandler(ctx context.Context) cache.ResourceEventHandler {
 			}
 			if c, ok := obj.(*apiv1.GpuClaim); ok {
 				p.activateClaim(ctx, claims.Key(c.Namespace, c.Name))
+				// A gang without one of its members holds no nodes: the next attempt of a
+				// complete gang chooses again.
+				p.holds.release(ledger.GangKey(c))
 			}
 		},
 	}

@@ -83,6 +83,12 @@ func newTestEnvOn(t *testing.T, args *Args, nodes []*v1.Node, kube *fake.Clients
 func newTestEnvIn(t *testing.T, proc *Process, args *Args, nodes []*v1.Node, kube *fake.Clientset, gpu *gpufake.Clientset, clk *clocktesting.FakeClock) *testEnv {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
+	// The nodes are in the API too, for the plugin's node informer (its topology domains).
+	for _, n := range nodes {
+		if _, err := kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating node %s: %v", n.Name, err)
+		}
+	}
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	act := &recordingActivator{}
 	rec := events.NewFakeRecorder(1000)

@@ -153,8 +153,9 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 
 	tier, uncapped := p.relaxed.tier(pod.UID)
+	gangKey := ledger.GangKey(claim)
 	nodes, stale := p.ledger.Candidates(&req, oldest, func(node string) bool {
-		return p.nodeSelected(claim, node) && p.inDomain(dom, node)
+		return p.nodeSelected(claim, node) && p.inDomain(dom, node) && p.holds.holder(node, gangKey) == ""
 	})
 	defer ledger.ReleaseCandidates(nodes)
 	// The best tier that has nodes is offered; a pod whose earlier attempt saw every offered
@@ -180,6 +181,9 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	// Of those, the best-placed maxCandidateNodes (ledger.PickCandidates); all of them once a capped
 	// offer failed the other filters.
 	limit := int(*p.args.MaxCandidateNodes)
+	if p.packsDomains(strategy, dom) {
+		tiers = p.packTiers(tiers)
+	}
 	if uncapped {
 		limit = 0
 	} else if p.peers != nil {

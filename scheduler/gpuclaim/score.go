@@ -37,7 +37,11 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni f
 	if n == nil {
 		return 0, nil
 	}
-	return int64(allocator.NodeScore(n, res, strategy)) * fwk.MaxScore / 100, nil
+	score := allocator.NodeScore(n, res, strategy)
+	if fill, ok := s.fill[name]; ok {
+		score = packScore(score, fill) // domainpack.go
+	}
+	return int64(score) * fwk.MaxScore / 100, nil
 }
 
 // ScoreExtensions is nil: scores are already in range.
@@ -58,7 +62,8 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if err != nil {
 		return fwk.AsStatus(err) // PreFilter refuses such pods; this is a backstop
 	}
-	if !s.strategy.Ranked() {
+	packs := p.packsDomains(s.strategy, s.domain)
+	if !packs && !s.strategy.Ranked() {
 		return nil
 	}
 	names := make([]string, 0, len(nodes))
@@ -66,6 +71,10 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		if ni.Node() != nil {
 			names = append(names, ni.Node().Name)
 		}
+	}
+	if packs {
+		s.fill = p.domainFill(names)
+		return nil
 	}
 	switch s.strategy {
 	case allocator.RoundRobin:

@@ -51,6 +51,9 @@ type stateData struct {
 	// are a ranked strategy's scores of the candidate nodes, written by PreScore.
 	strategy allocator.Strategy
 	ranks    map[string]int
+	// fill is the domain fill of each candidate node for a pod packed around domains
+	// (domainpack.go); nil otherwise.
+	fill map[string]int
 
 	// results are Filter's placements per node, reused by Score; shared by clones.
 	results *nodeResults
