@@ -15,13 +15,16 @@ package claimtemplate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -35,7 +38,15 @@ const (
 	ReasonInvalidTemplate  = "ClaimTemplateInvalid"
 	ReasonClaimNameTaken   = "ClaimNameTaken"
 	ReasonClaimCreated     = "ClaimCreated"
+	// ReasonPodGroup: the pod's pod group is missing, invalid, or conflicts with the template's
+	// own gang.
+	ReasonPodGroup = "PodGroupGang"
 )
+
+// groupRetry is how soon a pod whose pod group does not exist is looked at again: pod groups
+// are not watched (the cluster may not serve their API), and JobSet, LeaderWorkerSet and Kueue
+// users create the group alongside, so it is usually there at the next look.
+const groupRetry = 10 * time.Second
 
 // Reconciler makes the claim of one pod.
 type Reconciler struct {
@@ -43,10 +54,12 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	// schedulerName is this release's scheduler; see Options.SchedulerName.
 	schedulerName string
+	// groups reads the pod groups the pods' gangs come from.
+	groups groupReader
 }
 
-func newReconciler(c ctrlclient.Client, rec events.EventRecorder) *Reconciler {
-	return &Reconciler{client: c, recorder: rec, schedulerName: apiv1.SchedulerName}
+func newReconciler(c ctrlclient.Client, rec events.EventRecorder, groups groupReader) *Reconciler {
+	return &Reconciler{client: c, recorder: rec, schedulerName: apiv1.SchedulerName, groups: groups}
 }
 
 // ours reports whether pod asks for this release's scheduler (apiv1.ReleaseFor).
@@ -110,7 +123,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("reading GpuClaimTemplate %s/%s: %w", pod.Namespace, template, err)
 	}
 
-	if r.schedulerMakesClaim(pod, tmpl) {
+	group, inGroup, err := claims.PodGroupOf(pod)
+	if err != nil {
+		r.warn(pod, ReasonPodGroup, "%v", err)
+		return reconcile.Result{}, nil
+	}
+	if inGroup && tmpl.Spec.Spec.GangRef != "" {
+		r.warn(pod, ReasonPodGroup, "pod is in %s (%s) and its GpuClaimTemplate %q sets spec.gangRef %q: a pod belongs to one gang; remove gangRef from the template (the group makes the gang) or take the pod out of the group",
+			group, group.Field(), template, tmpl.Spec.Spec.GangRef)
+		return reconcile.Result{}, nil
+	}
+	if !inGroup && r.schedulerMakesClaim(pod, tmpl) {
 		// gpu-scheduler makes it when it binds the pod; a create here would only race it.
 		logger.V(5).Info("The scheduler makes the claim when it binds the pod", "claim", klog.KRef(pod.Namespace, name))
 		return reconcile.Result{}, nil
@@ -119,6 +142,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		r.warn(pod, ReasonInvalidTemplate, "naming the claim for GpuClaimTemplate %q: %v", template, err)
 		return reconcile.Result{}, nil
+	}
+	if inGroup {
+		gang, err := r.groups.gangOf(ctx, pod.Namespace, group)
+		switch {
+		case errors.Is(err, errGroupMissing), errors.Is(err, errGroupInvalid):
+			// Pod groups are not watched: look again in a while, for a group made or fixed.
+			r.warn(pod, ReasonPodGroup, "pod is in %s (%s), which its claim takes the gang from: %v; the pod stays Pending until the group is there and valid", group, group.Field(), err)
+			return reconcile.Result{RequeueAfter: groupRetry}, nil
+		case err != nil:
+			return reconcile.Result{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if gang.gang {
+			ref, err := claims.GangRefForGroup(group)
+			if err != nil {
+				r.warn(pod, ReasonPodGroup, "%v", err)
+				return reconcile.Result{}, nil
+			}
+			claim.Spec.GangRef, claim.Spec.GangSize = ref, ptr.To(gang.size)
+		}
 	}
 	if err := r.client.Create(ctx, claim); err != nil {
 		switch {

@@ -41,7 +41,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 	rec := events.NewFakeRecorder(10)
-	return &env{c: c, r: newReconciler(interceptor.NewClient(c, claimstest.MetadataOnly(t)), rec), events: rec}
+	return &env{c: c, r: newReconciler(interceptor.NewClient(c, claimstest.MetadataOnly(t)), rec, nil), events: rec}
 }
 
 func (e *env) reconcile(t *testing.T, pod string) reconcile.Result {
@@ -287,7 +287,7 @@ func TestLeavesItsSchedulersPodsToTheScheduler(t *testing.T) {
 // annotations reach Reconcile. Its binding, above all, must not: the controller then raced the
 // scheduler's own create of the claim.
 func TestPodEventsDropUpdatesThatChangeNothing(t *testing.T) {
-	r := newReconciler(nil, nil)
+	r := newReconciler(nil, nil, nil)
 	ours := pod("p", "x1")
 	ours.Spec.SchedulerName = apiv1.SchedulerName
 	bound := ours.DeepCopy()

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -52,11 +53,15 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if n <= 0 {
 		n = 4
 	}
-	r := newReconciler(mgr.GetClient(), mgr.GetEventRecorder("gpu-claim-template-controller"))
+	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("making the client that reads pod groups: %w", err)
+	}
+	r := newReconciler(mgr.GetClient(), mgr.GetEventRecorder("gpu-claim-template-controller"), dynamicGroups{client: dyn})
 	if opts.SchedulerName != "" {
 		r.schedulerName = opts.SchedulerName
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	err = ctrl.NewControllerManagedBy(mgr).
 		Named("gpuclaimtemplate").
 		For(&corev1.Pod{}, builder.WithPredicates(r.podEvents())).
 		// Metadata only: owner references and deletions are all the controller reads of

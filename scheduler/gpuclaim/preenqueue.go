@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
 )
@@ -61,6 +62,12 @@ func (p *Plugin) shardKey(pod *v1.Pod) string {
 		return "gang:" + g
 	}
 	if t, ok := templateOf(pod); ok && p.templateLister != nil {
+		// The gang its claim will have, before gpu-controller has made that claim.
+		if group, ok, _ := claims.PodGroupOf(pod); ok {
+			if ref, err := claims.GangRefForGroup(group); err == nil {
+				return "gang:" + pod.Namespace + "/" + ref
+			}
+		}
 		if tmpl, err := p.templateLister.GpuClaimTemplates(pod.Namespace).Get(t); err == nil && tmpl.Spec.Spec.GangRef != "" {
 			return "gang:" + pod.Namespace + "/" + tmpl.Spec.Spec.GangRef
 		}

@@ -24,8 +24,8 @@ import (
 // claim that is there if it is the pod's own and asks for what the pod was placed with.
 
 // claimFromTemplate is the claim the plugin would make for a templated pod whose claim does not
-// exist: ok is false when the template is missing, when it forms a gang, or when the pod names
-// no template. why says what the pod waits for when ok is false.
+// exist: ok is false when the template is missing, when it forms a gang, when the pod is in a
+// pod group (claims.PodGroupOf), or when the pod names no template. why says what the pod waits for when ok is false.
 func (p *Plugin) claimFromTemplate(pod *v1.Pod, template string) (claim *apiv1.GpuClaim, ok bool, why string) {
 	tmpl, err := p.templateLister.GpuClaimTemplates(pod.Namespace).Get(template)
 	if err != nil {
@@ -33,6 +33,16 @@ func (p *Plugin) claimFromTemplate(pod *v1.Pod, template string) (claim *apiv1.G
 	}
 	if tmpl.Spec.Spec.GangRef != "" {
 		return nil, false, fmt.Sprintf("the claims of gang template %s are made by gpu-controller before the gang is placed", template)
+	}
+	if group, ok, err := claims.PodGroupOf(pod); ok || err != nil {
+		// The group's gang (claims.GangRefForGroup) must have every member's claim before
+		// any is placed, and gpu-controller reads the group's size; it also reports a pod
+		// that names two groups.
+		what := "the pod's pod groups"
+		if ok {
+			what = group.String()
+		}
+		return nil, false, fmt.Sprintf("the claims of the pods of %s are made by gpu-controller, with the group's gang, before the gang is placed", what)
 	}
 	claim, err = apiv1.ClaimFromTemplate(pod, tmpl)
 	if err != nil {

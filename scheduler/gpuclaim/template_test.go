@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
 )
 
@@ -199,5 +200,32 @@ func TestTemplatedPodWaitsForItsTemplate(t *testing.T) {
 	_, st = e.p.PreFilter(t.Context(), framework.NewCycleState(), templatedPod("m-0", "gang"), nil)
 	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "waiting for GpuClaim ns/m-0-gang to be made from GpuClaimTemplate gang for pod m-0: the claims of gang template gang are made by gpu-controller") {
 		t.Fatalf("gang template: %v %q, want the wait for gpu-controller's claim", st.Code(), st.Message())
+	}
+}
+
+// A pod in a pod group (coscheduling label, or spec.schedulingGroup) whose template forms no gang
+// is not placed with a claim of no gang: gpu-controller makes its claim, in the group's gang,
+// before the gang is placed. Its shard is the gang, so one peer places the whole group.
+func TestPodGroupPodWaitsForTheControllersClaim(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
+	createTemplate(t, e, "solo", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}})
+	labelled := templatedPod("w-0", "solo")
+	labelled.Labels = map[string]string{claims.LabelPodGroup: "train"}
+	grouped := templatedPod("w-1", "solo")
+	grouped.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To("workers")}
+	for _, c := range []struct {
+		pod         *v1.Pod
+		group, gang string
+	}{
+		{labelled, "PodGroup train (scheduling.x-k8s.io)", "gang:ns/scheduling.x-k8s.io/train"},
+		{grouped, "PodGroup workers (scheduling.k8s.io)", "gang:ns/scheduling.k8s.io/workers"},
+	} {
+		_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), c.pod, nil)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "the claims of the pods of "+c.group+" are made by gpu-controller") {
+			t.Errorf("pod %s: %v %q, want the wait for gpu-controller's claim naming the group", c.pod.Name, st.Code(), st.Message())
+		}
+		if got := e.p.shardKey(c.pod); got != c.gang {
+			t.Errorf("pod %s: shard key %q, want its group's gang %q", c.pod.Name, got, c.gang)
+		}
 	}
 }
