@@ -82,6 +82,9 @@ func DecodeReview(data []byte) (*admissionv1.AdmissionReview, error) {
 
 // Mutate answers a /mutate request.
 func (a *Admitter) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, Outcome) {
+	if req.Resource == jobsResource && req.SubResource == "" {
+		return a.mutateJob(ctx, req)
+	}
 	if req.Resource != podsResource || req.Kind != podKind || (req.SubResource != "" && req.SubResource != "ephemeralcontainers") {
 		return errorResponse(req, http.StatusBadRequest, fmt.Errorf("mutate: expected a v1 Pod, got %s (resource %s, subresource %q)", kindString(req.Kind), resourceString(req.Resource), req.SubResource)), Outcome{}
 	}

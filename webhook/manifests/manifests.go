@@ -26,6 +26,9 @@ const (
 	DefaultName = "gpu-scheduler-webhook"
 	// MutatingWebhookName is the webhook that injects the visible-devices variables.
 	MutatingWebhookName = "visible-devices.gpu.scheduling"
+	// JobWebhookName is the webhook that adds the GPU resource to the pod template of a Job
+	// that names a claim (Options.JobResource).
+	JobWebhookName = "job-gpu-request.gpu.scheduling"
 	// ValidatingWebhookName is the webhook that guards the allocation annotations.
 	ValidatingWebhookName = "allocation-guard.gpu.scheduling"
 	// DefaultTimeoutSeconds is short: with failurePolicy Fail a slow webhook stalls every pod
@@ -69,6 +72,12 @@ type Options struct {
 	// Users [webhook.DefaultSchedulerUser] when it names no user and no group, as the webhook's
 	// own default.
 	Scheduler webhook.SchedulerIdentity
+	// JobResource also sends the creation of batch/v1 Jobs whose pod template names a claim or
+	// a claim template to /mutate, where the webhook adds the GPU resource request to the
+	// template (webhook.Admitter.Resource): quota managers such as Kueue admit a Job by its pod
+	// template, before any pod exists. Set it with the webhook's --resource-name; without it the
+	// webhook leaves Jobs alone.
+	JobResource bool
 }
 
 // scheduler is o.Scheduler, defaulted.
@@ -172,6 +181,11 @@ func MatchGPUPodFor(schedulerName string) string {
 	return fmt.Sprintf("(has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('%s'))) || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')",
 		gpuv1.LabelPrefix, schedulerName)
 }
+
+// MatchJobNamesClaim: the Job's pod template names a claim or a claim template. Other Jobs are
+// never sent, so an outage of the webhook cannot block them.
+var MatchJobNamesClaim = fmt.Sprintf("has(object.spec.template.metadata) && (%s)",
+	anyOf([]string{gpuv1.AnnotationClaim, gpuv1.AnnotationClaimTemplate}, func(k string) string { return hasAnnotation("object.spec.template", k) }))
 
 // matchNotSchedulerBinding is the condition that keeps the scheduler's Bindings away from
 // /validate: false for a Binding (pods/binding or bindings CREATE; request.kind is Binding for
@@ -290,6 +304,28 @@ func Render(o Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *
 			ReinvocationPolicy: ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			MatchConditions:    []admissionregistrationv1.MatchCondition{{Name: "gpu-pod", Expression: MatchGPUPodFor(o.schedulerName())}},
 		}},
+	}
+	if o.JobResource {
+		mutating.Webhooks = append(mutating.Webhooks, admissionregistrationv1.MutatingWebhook{
+			Name:         JobWebhookName,
+			ClientConfig: o.clientConfig(webhook.PathMutate),
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: create,
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{"batch"}, APIVersions: []string{"v1"}, Resources: []string{"jobs"},
+					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+				},
+			}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       nsSelector,
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(timeout),
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "job-names-claim", Expression: MatchJobNamesClaim}},
+		})
 	}
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingWebhookConfiguration"},

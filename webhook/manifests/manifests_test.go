@@ -223,6 +223,30 @@ func TestMatchConditions(t *testing.T) {
 		}
 	}
 
+	// Jobs: sent only when the pod template names a claim or a claim template.
+	job := func(annotations map[string]any) map[string]any {
+		tmpl := map[string]any{"spec": map[string]any{}}
+		if annotations != nil {
+			tmpl["metadata"] = map[string]any{"annotations": annotations}
+		}
+		return map[string]any{"metadata": map[string]any{"name": "j", "annotations": map[string]any{claim: "on the Job, not its template"}}, "spec": map[string]any{"template": tmpl}}
+	}
+	for name, tc := range map[string]struct {
+		obj  map[string]any
+		want bool
+	}{
+		"template names a claim template": {job(map[string]any{gpuv1.AnnotationClaimTemplate: "x4"}), true},
+		"template names a claim":          {job(map[string]any{claim: "c"}), true},
+		"template with other annotations": {job(map[string]any{"example.com/a": "b"}), false},
+		"template without metadata":       {job(nil), false},
+	} {
+		t.Run("job-names-claim/"+name, func(t *testing.T) {
+			if got := eval(t, MatchJobNamesClaim, map[string]any{"object": tc.obj, "oldObject": nil, "request": create}); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+
 	writes := []struct {
 		name     string
 		req      map[string]any
@@ -425,5 +449,35 @@ func TestRenderSchedulerName(t *testing.T) {
 	}
 	if _, _, err := Render(Options{Namespace: "x", CABundle: []byte(testCA), URL: "https://127.0.0.1:1", SchedulerName: "a'b"}); err == nil || !strings.Contains(err.Error(), "scheduler name") {
 		t.Fatalf("a quote in the scheduler name: %v, want an error naming the scheduler name", err)
+	}
+}
+
+// With JobResource the mutating configuration also sends Job creations naming a claim to
+// /mutate; without it (the default) Jobs are never sent.
+func TestRenderJobResource(t *testing.T) {
+	m, _, err := Render(Options{Namespace: "gpu-system", CABundle: []byte(testCA), URL: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Webhooks) != 1 {
+		t.Fatalf("without JobResource: %d mutating webhooks, want only %s", len(m.Webhooks), MutatingWebhookName)
+	}
+	m, _, err = Render(Options{Namespace: "gpu-system", CABundle: []byte(testCA), URL: "https://127.0.0.1:1", JobResource: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Webhooks) != 2 || m.Webhooks[1].Name != JobWebhookName {
+		t.Fatalf("with JobResource: webhooks %d; want %s second", len(m.Webhooks), JobWebhookName)
+	}
+	w := m.Webhooks[1]
+	r := w.Rules[0]
+	if len(w.Rules) != 1 || len(r.Operations) != 1 || r.Operations[0] != "CREATE" || r.APIGroups[0] != "batch" || r.Resources[0] != "jobs" {
+		t.Errorf("rules %+v; want CREATE of batch jobs only", w.Rules)
+	}
+	if *w.ClientConfig.URL != "https://127.0.0.1:1"+webhook.PathMutate || w.MatchConditions[0].Expression != MatchJobNamesClaim {
+		t.Errorf("client %v, conditions %+v", *w.ClientConfig.URL, w.MatchConditions)
+	}
+	if w.NamespaceSelector.String() != m.Webhooks[0].NamespaceSelector.String() {
+		t.Errorf("namespace selector %v; want the pod webhook's %v", w.NamespaceSelector, m.Webhooks[0].NamespaceSelector)
 	}
 }
