@@ -19,11 +19,11 @@ func newClaimsCommand(o *Options) *cobra.Command {
 		Short:             "GpuClaims: phase, node, GPU IDs, age and the reason when Pending",
 		ValidArgsFunction: o.completeNames(gpuClaims, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := o.load(cmd.Context())
+			all, err := o.loadClaims(cmd.Context())
 			if err != nil {
 				return err
 			}
-			claims, err := named(f.Claims, args, "GpuClaim", func(c apiv1.GpuClaim) string { return c.Name })
+			claims, err := named(all, args, "GpuClaim", func(c apiv1.GpuClaim) string { return c.Name })
 			if err != nil {
 				return err
 			}

@@ -46,6 +46,9 @@ type Explanation struct {
 	DryRun       ledger.DryRunResult  `json:"dryRun"`
 	Summary      []ledger.ReasonCount `json:"summary,omitempty"`
 	Freshness    metav1.Duration      `json:"statusFreshness"`
+	// Notes say what was left out because the user may not read it: a namespace user sees
+	// the pod, the claim and their events, and no dry run (it reads the whole cluster).
+	Notes Notes `json:"notes,omitempty"`
 }
 
 // EventView is one recent event of the pod or the claim.
@@ -151,6 +154,9 @@ func Explain(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface,
 	}
 	ex.Request = describeRequest(claim)
 	snap, err := loadSnapshot(ctx, kc, dc)
+	if ex.Notes.denied(err, "the dry run of the scheduler's GPU filter is left out", permDryRun) {
+		return ex, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -350,6 +356,10 @@ func printExplanation(w io.Writer, ex *Explanation, now time.Time) error {
 		}
 	}
 	if ex.ClaimMissing {
+		return nil
+	}
+	if len(ex.Notes) > 0 {
+		ex.Notes.print(w)
 		return nil
 	}
 	fmt.Fprintf(w, "Dry run of the scheduler's GPU filter on %d nodes (a node whose GpuNodeStatus and agent liveness lease are older than %s is stale):\n", len(ex.DryRun.Nodes), ex.Freshness.Duration)

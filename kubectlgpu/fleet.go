@@ -56,37 +56,54 @@ type NodeView struct {
 type Fleet struct {
 	Nodes  []NodeView
 	Claims []apiv1.GpuClaim
+	// Notes say what was left out because the user may not read it (access.go).
+	Notes Notes
+	// NodesHidden is set when the GpuNodeStatuses could not be read: Nodes is empty for that
+	// reason, not because the cluster has no GPU node.
+	NodesHidden bool
 }
 
 // Load reads GpuNodeStatus objects, GPU leases, nodes and claims (claims in namespace ns, or
-// all namespaces when ns is "").
+// all namespaces when ns is ""). Cluster-wide reads the user may not make leave their part of
+// the fleet out, with a note (Fleet.Notes); the claims of ns are read or the load fails.
 func Load(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, ns string) (*Fleet, error) {
+	f := &Fleet{}
 	var statuses []apiv1.GpuNodeStatus
 	if err := listCustom(ctx, dc, "gpunodestatuses", "", &statuses); err != nil {
-		return nil, err
+		if !f.Notes.denied(err, "GPU nodes are not shown", permStatuses) {
+			return nil, err
+		}
+		f.NodesHidden = true
 	}
 	var claims []apiv1.GpuClaim
 	if err := listCustom(ctx, dc, "gpuclaims", ns, &claims); err != nil {
 		return nil, err
 	}
-	leases, err := kc.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
-	if err != nil {
+	var leases []coordinationv1.Lease
+	if l, err := kc.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode}); err == nil {
+		leases = l.Items
+	} else if !f.Notes.denied(err, "the pods holding each GPU are not shown", permLeases) {
 		return nil, fmt.Errorf("listing GPU leases: %w", err)
 	}
-	live, err := kc.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelAgentLiveness})
-	if err != nil {
+	if l, err := kc.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{LabelSelector: apiv1.LabelAgentLiveness}); err == nil {
+		leases = append(leases, l.Items...)
+	} else if !f.Notes.denied(err, "the agents' liveness is not shown", permLeases) {
 		return nil, fmt.Errorf("listing the agents' liveness leases: %w", err)
 	}
-	nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
+	pools := map[string]string{}
+	if nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, n := range nodes.Items {
+			pools[n.Name] = n.Labels[apiv1.LabelTopology]
+		}
+	} else if !f.Notes.denied(err, "node pools are not shown", permNodes) {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	pools := map[string]string{}
-	for _, n := range nodes.Items {
-		pools[n.Name] = n.Labels[apiv1.LabelTopology]
+	if f.NodesHidden {
+		// The notes about leases and nodes say nothing more when no GPU node is shown.
+		f.Notes = f.Notes[:1]
 	}
-	f := &Fleet{Claims: claims}
-	f.Nodes = Build(statuses, append(leases.Items, live.Items...), pools)
+	f.Claims = claims
+	f.Nodes = Build(statuses, leases, pools)
 	sort.Slice(f.Claims, func(i, j int) bool {
 		a, b := f.Claims[i], f.Claims[j]
 		if a.Namespace != b.Namespace {

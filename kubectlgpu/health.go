@@ -57,13 +57,20 @@ func newHealthCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			nodes, err := selectNodes(f.Nodes, args)
-			if err != nil {
-				return err
+			f.Notes.print(o.IO.ErrOut)
+			nodes := f.Nodes
+			if !f.NodesHidden {
+				if nodes, err = selectNodes(f.Nodes, args); err != nil {
+					return err
+				}
 			}
 			bad := Unhealthy(nodes, recovered)
 			if done, err := o.printData(o.IO.Out, "gpu", bad); done || err != nil {
 				return err
+			}
+			if f.NodesHidden {
+				// "All GPUs are Healthy" would claim what the user cannot see.
+				return nil
 			}
 			return printUnhealthy(o.tableOut(o.IO.Out), bad, recovered, time.Now())
 		},

@@ -115,9 +115,11 @@ func newLeasesCommand(o *Options) *cobra.Command {
 				return err
 			}
 			all, err := listLeases(cmd.Context(), kc)
-			if err != nil {
+			var notes Notes
+			if err != nil && !notes.denied(err, "GPU leases are not shown", permLeases) {
 				return err
 			}
+			notes.print(o.IO.ErrOut)
 			shown := all
 			if staleOnly || deleteStale {
 				shown = []LeaseView{}

@@ -23,8 +23,9 @@ func newNodesCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			f.Notes.print(o.IO.ErrOut)
 			nodes := f.Nodes
-			if len(args) == 1 {
+			if len(args) == 1 && !f.NodesHidden {
 				nodes = nil
 				for _, n := range f.Nodes {
 					if n.Name == args[0] {

@@ -3,12 +3,15 @@ package kubectlgpu
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 // Options are shared by every subcommand: kubectl's connection flags and the output format.
@@ -74,6 +77,31 @@ func (o *Options) namespace() (string, error) {
 		return "", fmt.Errorf("reading namespace from kubeconfig: %w", err)
 	}
 	return ns, nil
+}
+
+// loadClaims reads the claims of the namespace (all of them with -A), sorted: a namespace
+// user's view, which needs none of the fleet's cluster-wide reads.
+func (o *Options) loadClaims(ctx context.Context) ([]apiv1.GpuClaim, error) {
+	_, dc, err := o.clients()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := o.namespace()
+	if err != nil {
+		return nil, err
+	}
+	var claims []apiv1.GpuClaim
+	if err := listCustom(ctx, dc, "gpuclaims", ns, &claims); err != nil {
+		return nil, err
+	}
+	sort.Slice(claims, func(i, j int) bool {
+		a, b := claims[i], claims[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	return claims, nil
 }
 
 func (o *Options) load(ctx context.Context) (*Fleet, error) {

@@ -18,6 +18,7 @@ func newStatusCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			f.Notes.print(o.IO.ErrOut)
 			s := Summarise(f)
 			if done, err := o.printData(o.IO.Out, "model", s); done || err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -101,11 +102,16 @@ func newTopCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var notes Notes
 			var statuses []apiv1.GpuNodeStatus
+			hidden := false
 			if err := listCustom(cmd.Context(), dc, "gpunodestatuses", "", &statuses); err != nil {
-				return err
+				if !notes.denied(err, "GPU nodes are not shown", permStatuses) {
+					return err
+				}
+				hidden = true
 			}
-			if len(args) == 1 {
+			if len(args) == 1 && !hidden {
 				var mine []apiv1.GpuNodeStatus
 				for _, s := range statuses {
 					if s.Name == args[0] || s.Spec.NodeName == args[0] {
@@ -117,11 +123,18 @@ func newTopCommand(o *Options) *cobra.Command {
 				}
 				statuses = mine
 			}
-			leases, err := kc.CoordinationV1().Leases("").List(cmd.Context(), metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
-			if err != nil {
-				return fmt.Errorf("listing GPU leases: %w", err)
+			var leases []coordinationv1.Lease
+			if !hidden {
+				l, err := kc.CoordinationV1().Leases("").List(cmd.Context(), metav1.ListOptions{LabelSelector: apiv1.LabelLeaseNode})
+				switch {
+				case err == nil:
+					leases = l.Items
+				case !notes.denied(err, "the pods holding each GPU are not shown", permLeases):
+					return fmt.Errorf("listing GPU leases: %w", err)
+				}
 			}
-			rows := TopRows(statuses, Build(statuses, leases.Items, nil))
+			notes.print(o.IO.ErrOut)
+			rows := TopRows(statuses, Build(statuses, leases, nil))
 			if done, err := o.printData(o.IO.Out, "gpu", rows); done || err != nil {
 				return err
 			}
