@@ -56,3 +56,38 @@ Feature: A gang's nodes share one topology domain
       """
     Then pods "w0", "w1" and "w2" are bound
     And no GPU is held twice
+
+  Scenario: A Required gang as large as a domain keeps one from small pods until it fits
+    Given 2 "dgx-a100" nodes labelled "nvidia.com/gpu.clique=rack-a"
+    And 2 "dgx-a100" nodes labelled "nvidia.com/gpu.clique=rack-b"
+    And pod "s1" claims:
+      """yaml
+      devices: {count: 1}
+      selector: {matchLabels: {nvidia.com/gpu.clique: rack-a}}
+      """
+    And pod "s1" is bound
+    And pod "s2" claims:
+      """yaml
+      devices: {count: 2}
+      selector: {matchLabels: {nvidia.com/gpu.clique: rack-b}}
+      """
+    And pod "s2" is bound
+    When pods "g0" and "g1" each claim:
+      """yaml
+      devices: {count: 8}
+      gangRef: rack
+      gangSize: 2
+      gangTopology: {level: nvidia.com/gpu.clique, mode: Required}
+      """
+    Then pod "g0" is pending: "the largest free block is 15 GPUs on 2 nodes in nvidia.com/gpu.clique=rack-a; nvidia.com/gpu.clique=rack-a is kept for it"
+    When pod "s3" claims:
+      """yaml
+      devices: {count: 1}
+      selector: {matchLabels: {nvidia.com/gpu.clique: rack-a}}
+      """
+    Then pod "s3" is pending: "2 nodes with room are held for gang {namespace}/rack"
+    When pod "s1" is deleted
+    Then pods "g0" and "g1" are bound
+    And pods "g0" and "g1" run on nodes labelled "nvidia.com/gpu.clique=rack-a"
+    And pod "s3" is pending: "no node has 1 healthy free GPUs"
+    And no GPU is held twice

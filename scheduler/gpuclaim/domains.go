@@ -285,6 +285,13 @@ func (h *domainHolds) draining(level, gang string) string {
 	return ""
 }
 
+// any tells whether some gang holds nodes.
+func (h *domainHolds) any() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.by) > 0
+}
+
 // held is the domain gang holds and whether it drains it.
 func (h *domainHolds) held(gang string) (domain, bool, bool) {
 	h.mu.Lock()

@@ -336,13 +336,15 @@ func (p *Plugin) noNodeMessage(claim *apiv1.GpuClaim, key string, req *allocator
 }
 
 // ruledOut names what kept nodes with room for the request away from the claim: its selector,
-// or its gang's topology domain, with how many nodes each ruled out. Empty when neither did.
+// its gang's topology domain, or another gang's hold on them, with how many nodes each ruled out. Empty when neither did.
 // It runs only for a claim that found no node, and only judges the ledger's summaries.
 func (p *Plugin) ruledOut(claim *apiv1.GpuClaim, req *allocator.Request, dom domain, oldest time.Time) string {
 	hasSelector := claim.Spec.Selector != nil && len(claim.Spec.Selector.MatchLabels) > 0
-	if (!hasSelector && dom.level == "") || p.handle == nil {
+	if (!hasSelector && dom.level == "" && !p.holds.any()) || p.handle == nil {
 		return ""
 	}
+	gangKey := ledger.GangKey(claim)
+	var heldFor []string
 	infos, err := p.handle.SnapshotSharedLister().NodeInfos().List()
 	if err != nil {
 		return ""
@@ -358,6 +360,10 @@ func (p *Plugin) ruledOut(claim *apiv1.GpuClaim, req *allocator.Request, dom dom
 			bySelector++
 		case !dom.holds(n.Labels):
 			byDomain++
+		default:
+			if g := p.holds.holder(n.Name, gangKey); g != "" {
+				heldFor = append(heldFor, g)
+			}
 		}
 	}
 	out := ""
@@ -371,6 +377,11 @@ func (p *Plugin) ruledOut(claim *apiv1.GpuClaim, req *allocator.Request, dom dom
 	}
 	if byDomain > 0 {
 		out += fmt.Sprintf("; %d nodes with room are outside its gang's domain %s", byDomain, dom)
+	}
+	if len(heldFor) > 0 {
+		n := len(heldFor)
+		slices.Sort(heldFor)
+		out += fmt.Sprintf("; %d nodes with room are held for gang %s, placed in their topology domain (spec.gangTopology)", n, strings.Join(slices.Compact(heldFor), ", "))
 	}
 	return out
 }
