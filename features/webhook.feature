@@ -26,3 +26,14 @@ Feature: The admission webhook points containers at their GPUs and guards the al
       user "mallory" may not set, change or remove annotation gpu.scheduling/gpu-ids on pod {namespace}/victim: only the gpu-scheduler writes the GPU allocation
       """
     And every container of pod "victim" sees CUDA_VISIBLE_DEVICES "0,1"
+
+  Scenario: A pod that names a claim but keeps the default scheduler is placed by gpu-scheduler
+    When pod "forgot" claims 2 GPUs with schedulerName "default-scheduler"
+    Then pod "forgot" has schedulerName "gpu-scheduler"
+    And pod "forgot" is bound to GPUs "0,1"
+
+  Scenario: A misspelt gpu.scheduling annotation is refused, naming the keys there are
+    Then creating pod "typo" with annotation "gpu.scheduling/claim-name" set to "typo" is refused:
+      """
+      pod {namespace}/typo: metadata.annotations: unknown key "gpu.scheduling/claim-name" under gpu.scheduling/: known keys are gpu.scheduling/claim, gpu.scheduling/claim-template, gpu.scheduling/gpu-scheduling-map, gpu.scheduling/node-strategy, gpu.scheduling/allocated, gpu.scheduling/gpu-ids
+      """

@@ -28,6 +28,32 @@ func registerWebhookSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^every container of pod "([^"]*)" sees CUDA_VISIBLE_DEVICES "([^"]*)"$`, containersSee)
 	sc.Step(`^creating pod "([^"]*)" with annotation "([^"]*)" set to "([^"]*)" is refused:$`, createForgedRefused)
 	sc.Step(`^user "([^"]*)" setting annotation "([^"]*)" of pod "([^"]*)" to "([^"]*)" is refused:$`, userPatchRefused)
+	sc.Step(`^pod "([^"]*)" claims (\d+) GPUs? with schedulerName "([^"]*)"$`, podWithScheduler)
+	sc.Step(`^pod "([^"]*)" has schedulerName "([^"]*)"$`, podHasScheduler)
+}
+
+// podWithScheduler creates a claim and a pod that names it but asks for another scheduler
+// (empty: the field left unset, which the API server defaults to default-scheduler).
+func podWithScheduler(ctx context.Context, name string, gpus int, scheduler string) error {
+	st := state(ctx)
+	if err := st.createClaim(ctx, name, countSpec(gpus)); err != nil {
+		return err
+	}
+	pod := st.newPod(name, name, podOptions{})
+	pod.Spec.SchedulerName = scheduler
+	return st.createPod(ctx, pod)
+}
+
+// podHasScheduler reads the pod's spec.schedulerName as the API server stored it.
+func podHasScheduler(ctx context.Context, name, want string) error {
+	pod, err := state(ctx).getPod(ctx, name)
+	if err != nil {
+		return err
+	}
+	if pod.Spec.SchedulerName != want {
+		return fmt.Errorf("pod %s has schedulerName %q, want %q", name, pod.Spec.SchedulerName, want)
+	}
+	return nil
 }
 
 func podWithContainers(ctx context.Context, name, containers string, gpus int) error {
