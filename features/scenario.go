@@ -119,9 +119,11 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerValidationSteps(sc)
 	registerGpuWorkloadSteps(sc)
 	registerTemplateSteps(sc)
+	registerPodGroupSteps(sc)
 	registerPlacementSteps(sc)
 	registerTelemetrySteps(sc)
 	registerReleaseSteps(sc)
+	registerKueueSteps(sc)
 }
 
 func (s *Suite) beforeScenario(ctx context.Context, p *godog.Scenario) (context.Context, error) {

@@ -170,6 +170,13 @@ func createJob(ctx context.Context, indexed, name string, n, seconds int, templa
 // createJob makes a Job of n pods at once from a claim template; extra annotations go on its
 // pod template.
 func (st *scenario) createJob(ctx context.Context, indexed, name string, n, seconds int, template string, extra map[string]string) error {
+	job := st.newJob(indexed, name, n, seconds, template)
+	maps.Copy(job.Spec.Template.Annotations, extra)
+	return st.submitJob(ctx, job)
+}
+
+// newJob is a Job of n pods at once from a claim template, each running for seconds.
+func (st *scenario) newJob(indexed, name string, n, seconds int, template string) *batchv1.Job {
 	mode := batchv1.NonIndexedCompletion
 	if indexed == "indexed" {
 		mode = batchv1.IndexedCompletion
@@ -192,9 +199,12 @@ func (st *scenario) createJob(ctx context.Context, indexed, name string, n, seco
 			},
 		},
 	}
-	maps.Copy(job.Spec.Template.Annotations, extra)
+	return job
+}
+
+func (st *scenario) submitJob(ctx context.Context, job *batchv1.Job) error {
 	if _, err := st.suite.kube.BatchV1().Jobs(st.ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating Job %s/%s: %w", st.ns, name, err)
+		return fmt.Errorf("creating Job %s/%s: %w", st.ns, job.Name, err)
 	}
 	return nil
 }
