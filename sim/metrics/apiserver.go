@@ -16,6 +16,7 @@ import (
 const (
 	apiRequestDuration = "apiserver_request_duration_seconds"
 	apiWebhookDuration = "apiserver_admission_webhook_admission_duration_seconds"
+	apiPluginDuration  = "apiserver_admission_controller_admission_duration_seconds"
 )
 
 // APIServer is where the requests' time went inside the kube-apiserver during one run's
@@ -32,6 +33,10 @@ type APIServer struct {
 	// (apiserver_admission_webhook_admission_duration_seconds), keyed "<name> <operation>
 	// (<type>)": the wait a webhook adds to the requests it is called for.
 	Webhooks map[string]*Stage `json:"webhooks,omitempty"`
+	// Admission are the API server's built-in admission plugins as it timed them
+	// (apiserver_admission_controller_admission_duration_seconds), keyed "<plugin> <operation>
+	// (<type>)": ResourceQuota, for one, queues the creates of a namespace behind one another.
+	Admission map[string]*Stage `json:"admission,omitempty"`
 }
 
 // Histograms are the histogram series of a /metrics page, for the difference of two pages.
@@ -163,15 +168,19 @@ func APIServerFigures(h Histograms) *APIServer {
 			}
 			return RequestKey{Verb: l["verb"], Group: l["group"], Resource: l["resource"], Subresource: l["subresource"]}.String()
 		}),
-		Webhooks: h.stagesByKey(apiWebhookDuration, func(l map[string]string) string {
-			return fmt.Sprintf("%s %s (%s)", l["name"], l["operation"], l["type"])
-		}),
+		Webhooks:  h.stagesByKey(apiWebhookDuration, admissionKey),
+		Admission: h.stagesByKey(apiPluginDuration, admissionKey),
 	}
-	if out.Requests == nil && out.Webhooks == nil {
+	if out.Requests == nil && out.Webhooks == nil && out.Admission == nil {
 		return nil
 	}
 	return out
 }
 
+// admissionKey names an admission step by its webhook or plugin, operation and type.
+func admissionKey(l map[string]string) string {
+	return fmt.Sprintf("%s %s (%s)", l["name"], l["operation"], l["type"])
+}
+
 // APIServerFamilies are the families APIServerFigures reads.
-var APIServerFamilies = []string{apiRequestDuration, apiWebhookDuration}
+var APIServerFamilies = []string{apiRequestDuration, apiWebhookDuration, apiPluginDuration}

@@ -43,6 +43,13 @@ apiserver_admission_webhook_admission_duration_seconds_bucket{name="pods.gpu.sch
 apiserver_admission_webhook_admission_duration_seconds_bucket{name="pods.gpu.scheduling",operation="CREATE",rejected="true",type="admit",le="+Inf"} 10
 apiserver_admission_webhook_admission_duration_seconds_sum{name="pods.gpu.scheduling",operation="CREATE",rejected="true",type="admit"} 0.02
 apiserver_admission_webhook_admission_duration_seconds_count{name="pods.gpu.scheduling",operation="CREATE",rejected="true",type="admit"} 10
+# TYPE apiserver_admission_controller_admission_duration_seconds histogram
+apiserver_admission_controller_admission_duration_seconds_bucket{name="ResourceQuota",operation="CREATE",rejected="false",type="validate",le="0.005"} 0
+apiserver_admission_controller_admission_duration_seconds_bucket{name="ResourceQuota",operation="CREATE",rejected="false",type="validate",le="0.025"} 0
+apiserver_admission_controller_admission_duration_seconds_bucket{name="ResourceQuota",operation="CREATE",rejected="false",type="validate",le="0.1"} 20
+apiserver_admission_controller_admission_duration_seconds_bucket{name="ResourceQuota",operation="CREATE",rejected="false",type="validate",le="+Inf"} 20
+apiserver_admission_controller_admission_duration_seconds_sum{name="ResourceQuota",operation="CREATE",rejected="false",type="validate"} 1
+apiserver_admission_controller_admission_duration_seconds_count{name="ResourceQuota",operation="CREATE",rejected="false",type="validate"} 20
 `
 
 func TestAPIServerFigures(t *testing.T) {
@@ -79,6 +86,10 @@ func TestAPIServerFigures(t *testing.T) {
 	wh := got.Webhooks["pods.gpu.scheduling CREATE (admit)"]
 	if wh == nil || wh.Count != 50 || wh.Mean != 8400*time.Microsecond {
 		t.Errorf("webhook = %+v, want 50 calls, mean 8.4ms (webhooks %v)", wh, got.Webhooks)
+	}
+	// A built-in admission plugin's wait: the quota's queue of a namespace's creates.
+	if q := got.Admission["ResourceQuota CREATE (validate)"]; q == nil || q.Count != 20 || q.Mean != 50*time.Millisecond {
+		t.Errorf("ResourceQuota = %+v, want 20 calls, mean 50ms (admission %v)", q, got.Admission)
 	}
 }
 

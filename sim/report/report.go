@@ -281,17 +281,22 @@ func span(x *runner.RunResult, name string) string {
 // time goes; the rest are in report.json.
 const apiRowsMax = 10
 
-// apiRequestKeys are the request kinds the table shows the API server's latency for: those
-// made at least once per ten pods bound in some run, by the API server's time spent on them
-// (count x mean, the most in any run) first.
-func (r *Report) apiRequestKeys() []string {
+// admissionRowsMax bounds the rows of the API server's built-in admission plugins: the few
+// that took most time (a queue such as ResourceQuota's shows there); the rest are in
+// report.json.
+const admissionRowsMax = 3
+
+// busiestKeys are the keys of one of the API server's figures (request kinds, admission
+// plugins) the table shows, at most n: those with at least one observation per ten pods bound
+// in some run, by the API server's time spent on them (count x mean, the most in any run) first.
+func (r *Report) busiestKeys(of func(*metrics.APIServer) map[string]*metrics.Stage, n int) []string {
 	busy := map[string]time.Duration{}
 	for _, x := range r.Runs {
 		if x.APIServer == nil {
 			continue
 		}
 		least := max(int64(x.Metrics.Bound)/10, 1)
-		for k, st := range x.APIServer.Requests {
+		for k, st := range of(x.APIServer) {
 			if st.Count < least {
 				continue
 			}
@@ -305,8 +310,8 @@ func (r *Report) apiRequestKeys() []string {
 		}
 		return strings.Compare(a, b)
 	})
-	if len(keys) > apiRowsMax {
-		keys = keys[:apiRowsMax]
+	if len(keys) > n {
+		keys = keys[:n]
 	}
 	return keys
 }
@@ -490,7 +495,7 @@ func (r *Report) rows() [][]string {
 			label string
 			f     f
 		}
-		for j, k := range r.apiRequestKeys() {
+		for j, k := range r.busiestKeys(func(a *metrics.APIServer) map[string]*metrics.Stage { return a.Requests }, apiRowsMax) {
 			label := "  " + k
 			if j == 0 {
 				label = "in the API server, p50 / p99 (mean) x requests: " + k
@@ -514,6 +519,17 @@ func (r *Report) rows() [][]string {
 					return "-"
 				}
 				return apiStageText(x.APIServer.Webhooks[k])
+			}})
+		}
+		for _, k := range r.busiestKeys(func(a *metrics.APIServer) map[string]*metrics.Stage { return a.Admission }, admissionRowsMax) {
+			api = append(api, struct {
+				label string
+				f     f
+			}{"  admission plugin " + k, func(x *runner.RunResult) string {
+				if x.APIServer == nil {
+					return "-"
+				}
+				return apiStageText(x.APIServer.Admission[k])
 			}})
 		}
 		items = slices.Insert(items, i, api...)

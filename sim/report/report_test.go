@@ -195,6 +195,12 @@ func TestTableAPIServer(t *testing.T) {
 			"GET nodes":                           {Count: 9, Mean: 500 * ms, P50: 500 * ms, P99: 500 * ms},
 		},
 		Webhooks: map[string]*metrics.Stage{"pods.gpu.scheduling CREATE (admit)": {Count: 100, Mean: 4 * ms, P50: 3 * ms, P99: 12 * ms}},
+		Admission: map[string]*metrics.Stage{
+			"ResourceQuota CREATE (validate)":   {Count: 300, Mean: 70 * ms, P50: 60 * ms, P99: 200 * ms},
+			"LimitRanger CREATE (admit)":        {Count: 300, Mean: 1 * ms, P50: 1 * ms, P99: 2 * ms},
+			"NamespaceLifecycle CREATE (admit)": {Count: 300, Mean: ms / 10, P50: ms / 10, P99: ms / 10},
+			"AlwaysPullImages CREATE (admit)":   {Count: 300, Mean: ms / 100, P50: ms / 100, P99: ms / 100},
+		},
 	}
 	stock.APIServer = &metrics.APIServer{Requests: map[string]*metrics.Stage{"POST pods/binding": {Count: 100, Mean: 50 * ms, P50: 40 * ms, P99: 200 * ms}}}
 	var b bytes.Buffer
@@ -204,11 +210,18 @@ func TestTableAPIServer(t *testing.T) {
 		// The stock run's Bindings took 5 s of the API server's time: the busiest kind.
 		`\nin the API server, p50 / p99 \(mean\) x requests: POST pods/binding +2ms / 9ms \(mean 3ms\) x 100 +40ms / 200ms \(mean 50ms\) x 100\n` +
 			`  PUT gpuclaims\.gpu\.scheduling/status +15ms / 90ms \(mean 20ms\) x 100 +-\n` +
-			`  admission webhook pods\.gpu\.scheduling CREATE \(admit\) +3ms / 12ms \(mean 4ms\) x 100 +-\ncontiguous multi-GPU pods`,
+			`  admission webhook pods\.gpu\.scheduling CREATE \(admit\) +3ms / 12ms \(mean 4ms\) x 100 +-\n` +
+			// The three built-in plugins that took most time, the quota's queue first.
+			`  admission plugin ResourceQuota CREATE \(validate\) +60ms / 200ms \(mean 70ms\) x 300 +-\n` +
+			`  admission plugin LimitRanger CREATE \(admit\) +1ms / 2ms \(mean 1ms\) x 300 +-\n` +
+			`  admission plugin NamespaceLifecycle CREATE \(admit\) +100µs / 100µs \(mean 100µs\) x 300 +-\ncontiguous multi-GPU pods`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("the table lacks lines like %s:\n%s", re, out)
 		}
+	}
+	if strings.Contains(out, "AlwaysPullImages") {
+		t.Errorf("more than three admission plugins have rows:\n%s", out)
 	}
 	if strings.Contains(out, "GET nodes") {
 		t.Errorf("a request kind made less than once per ten pods has a row:\n%s", out)
