@@ -50,24 +50,7 @@ func TestTenantRBAC(t *testing.T) {
 	}
 	admin := kubernetes.NewForConfigOrDie(c.RESTConfig())
 
-	// The chart's roles, as helm renders them with the default values.
-	roles := 0
-	for _, o := range parseObjects(t, mustTemplate(t)) {
-		if o.GetKind() != "ClusterRole" || o.GetLabels()["app.kubernetes.io/component"] != "rbac" {
-			continue
-		}
-		var role rbacv1.ClusterRole
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating ClusterRole %s: %v", role.Name, err)
-		}
-		roles++
-	}
-	if roles == 0 {
-		t.Error("the chart renders no tenant ClusterRole (component rbac)")
-	}
+	installTenantRoles(t, ctx, admin)
 
 	const home, other = "team-a", "team-b"
 	for _, ns := range []string{home, other} {
@@ -161,10 +144,43 @@ func gpuObject(kind, ns, name string, spec map[string]any) *unstructured.Unstruc
 	}}
 }
 
+// installTenantRoles creates the chart's tenant ClusterRoles, as helm renders them with the
+// default values.
+func installTenantRoles(t *testing.T, ctx context.Context, admin kubernetes.Interface) {
+	t.Helper()
+	roles := 0
+	for _, o := range parseObjects(t, mustTemplate(t)) {
+		if o.GetKind() != "ClusterRole" || o.GetLabels()["app.kubernetes.io/component"] != "rbac" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating ClusterRole %s: %v", role.Name, err)
+		}
+		roles++
+	}
+	if roles == 0 {
+		t.Error("the chart renders no tenant ClusterRole (component rbac)")
+	}
+}
+
 // tenantClient makes ServiceAccount sa in ns, binds it to the built-in ClusterRole role by a
 // RoleBinding in ns, and returns a client that authenticates with the account's own token
 // (TokenRequest), as a tenant's kubeconfig would.
 func tenantClient(t *testing.T, ctx context.Context, c *cluster.Cluster, admin kubernetes.Interface, ns, sa, role string) dynamic.Interface {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(tenantConfig(t, ctx, c, admin, ns, sa, role))
+	if err != nil {
+		t.Fatal(fmt.Errorf("client of %s/%s: %w", ns, sa, err))
+	}
+	return dyn
+}
+
+// tenantConfig is tenantClient's connection: the API server, with the account's own token.
+func tenantConfig(t *testing.T, ctx context.Context, c *cluster.Cluster, admin kubernetes.Interface, ns, sa, role string) *rest.Config {
 	t.Helper()
 	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -183,9 +199,5 @@ func tenantClient(t *testing.T, ctx context.Context, c *cluster.Cluster, admin k
 	}
 	cfg := rest.AnonymousClientConfig(c.RESTConfig())
 	cfg.BearerToken = tr.Status.Token
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(fmt.Errorf("client of %s/%s: %w", ns, sa, err))
-	}
-	return dyn
+	return cfg
 }
