@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,7 +40,7 @@ func quotaWebhook(ctx context.Context, t *testing.T, admin kubernetes.Interface,
 		t.Fatal(err)
 	}
 	mwc, _, err := manifests.Render(manifests.Options{Name: "gpu-quota-itest", Namespace: webhookNamespace, CABundle: caPEM,
-		URL: url, Scheduler: scheduler, ExcludeNamespaces: []string{testNamespace}})
+		URL: url, Scheduler: scheduler, ExcludeNamespaces: []string{testNamespace}, JobResource: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +102,33 @@ func quotaWebhook(ctx context.Context, t *testing.T, admin kubernetes.Interface,
 	_, err = pods.Create(ctx, claimPod("train-2"), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "exceeded quota") || !strings.Contains(err.Error(), string(res)) {
 		t.Fatalf("the third 2-GPU pod under a 4-GPU quota: got %v, want exceeded quota on %s", err, res)
+	}
+	// A Job naming the claim in its pod template gets the request there at creation, where a
+	// quota manager such as Kueue reads it; a Job naming none is not touched. Server-side dry
+	// runs: the mutating webhooks run, and no Job controller makes pods.
+	job := func(name string, annotations map[string]string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, SchedulerName: gpuv1.SchedulerName,
+				Containers: []corev1.Container{container("main"), container("side")}},
+		}}}
+	}
+	jobs := admin.BatchV1().Jobs(quotaNamespace)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	got, err := jobs.Create(ctx, job("train", map[string]string{gpuv1.AnnotationClaim: "two-gpus"}), dry)
+	if err != nil {
+		t.Fatalf("Job naming a claim: %v", err)
+	}
+	c := got.Spec.Template.Spec.Containers
+	if req, lim := c[0].Resources.Requests[res], c[0].Resources.Limits[res]; req.Value() != 2 || lim.Value() != 2 || len(c[1].Resources.Limits) != 0 {
+		t.Fatalf("Job naming a 2-GPU claim: template containers[0] %v, containers[1] %v; want %s=2 on the first only", c[0].Resources, c[1].Resources, res)
+	}
+	got, err = jobs.Create(ctx, job("web", nil), dry)
+	if err != nil {
+		t.Fatalf("Job naming no claim: %v", err)
+	}
+	if _, ok := got.Spec.Template.Spec.Containers[0].Resources.Limits[res]; ok {
+		t.Fatalf("a Job naming no claim got %s", res)
 	}
 	forged := claimPod("forged")
 	forged.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
