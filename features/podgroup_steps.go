@@ -14,12 +14,11 @@ import (
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 )
 
-// WorkloadAPIArgs make kube-apiserver serve Kubernetes' own gang API (KEP-4671): the
-// scheduling.k8s.io/v1alpha2 Workload and PodGroup, and the pod field spec.schedulingGroup,
-// which the alpha GenericWorkload feature gate keeps (without it the field is dropped).
-var WorkloadAPIArgs = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha2=true"}
+// WorkloadAPIArgs make the suite's kube-apiserver serve Kubernetes' own gang API.
+var WorkloadAPIArgs = cluster.WorkloadAPIArgs
 
 var (
 	coschedulingGroups = schema.GroupVersionResource{Group: claims.GroupCoscheduling, Version: "v1alpha1", Resource: "podgroups"}

@@ -102,6 +102,10 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			p.status.pending(claim, pod, msg)
 		}
 	}
+	if msg := groupConflict(pod, claim); msg != "" {
+		pending(msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), metrics.ReasonInvalidPod
+	}
 	// The checks before any node, in the order kubectl gpu explain's dry run applies them too.
 	prep, refused := ledger.Prepare(claim, pod, func(c *apiv1.GpuClaim) (string, bool) {
 		holder, ok := p.claimHolder(c)

@@ -51,6 +51,22 @@ func (p *Plugin) claimFromTemplate(pod *v1.Pod, template string) (claim *apiv1.G
 	return claim, true, ""
 }
 
+// groupConflict says why a pod in a pod group cannot be placed with its claim: the claim is in
+// another gang than the group's (a claim the pod names itself, with a gangRef of its own). A
+// pod belongs to one gang. Empty when there is no conflict.
+func groupConflict(pod *v1.Pod, claim *apiv1.GpuClaim) string {
+	group, ok, _ := claims.PodGroupOf(pod)
+	if !ok || claim.Spec.GangRef == "" {
+		return ""
+	}
+	want, err := claims.GangRefForGroup(group)
+	if err != nil || claim.Spec.GangRef == want {
+		return ""
+	}
+	return fmt.Sprintf("pod %s/%s is in %s (%s) and its GpuClaim %s is in gang %q: a pod belongs to one gang; set the claim's gangRef to %q (and gangSize to the group's size), drop its gangRef, or take the pod out of the group",
+		pod.Namespace, pod.Name, group, group.Field(), claim.Name, claim.Spec.GangRef, want)
+}
+
 // makeClaim creates the claim PreFilter placed the pod with. A claim of that name made
 // meanwhile (by an earlier attempt for this pod, or by gpu-controller) is used if it is the
 // pod's own and asks for the same GPUs; otherwise the attempt fails and the next one reads the

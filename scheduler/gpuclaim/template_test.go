@@ -229,3 +229,23 @@ func TestPodGroupPodWaitsForTheControllersClaim(t *testing.T) {
 		}
 	}
 }
+
+// A pod in a pod group that names a claim of another gang (its own gangRef) is refused with
+// both gangs named; a claim in the group's own gang, or in none, is not refused for it.
+func TestPodGroupAndClaimGangRefRefused(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)},
+		ledgertest.Claim("mine", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, GangRef: "train", GangSize: ptr.To[int32](2)}))
+	pod := ledgertest.Pod("p", "mine")
+	pod.Labels = map[string]string{claims.LabelPodGroup: "workers"}
+	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), pod, nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), `is in PodGroup workers (scheduling.x-k8s.io) (label scheduling.x-k8s.io/pod-group) and its GpuClaim mine is in gang "train": a pod belongs to one gang`) {
+		t.Fatalf("status %v %q, want the two gangs named", st.Code(), st.Message())
+	}
+	c := ledgertest.Claim("same", apiv1.GpuClaimSpec{GangRef: "scheduling.x-k8s.io/workers"})
+	if msg := groupConflict(pod, c); msg != "" {
+		t.Errorf("claim in the group's own gang refused: %s", msg)
+	}
+	if msg := groupConflict(pod, ledgertest.Claim("none", apiv1.GpuClaimSpec{})); msg != "" {
+		t.Errorf("claim of no gang refused: %s", msg)
+	}
+}

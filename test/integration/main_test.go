@@ -62,7 +62,8 @@ func step(format string, args ...any) {
 
 func setup(ctx context.Context, m *testing.M) (int, error) {
 	step("starting the control plane")
-	c, err := cluster.Start(ctx, cluster.Config{Name: "sched-it"})
+	// The Workload API too: TestGangsFromPodGroups places gangs of its PodGroups.
+	c, err := cluster.Start(ctx, cluster.Config{Name: "sched-it", APIServerExtraArgs: cluster.WorkloadAPIArgs})
 	if err != nil {
 		return 1, err
 	}
@@ -71,7 +72,7 @@ func setup(ctx context.Context, m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts/gpu-scheduler/crds")); err != nil {
+	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts/gpu-scheduler/crds"), filepath.Join(root, "test/testdata/podgroup-crd")); err != nil {
 		return 1, err
 	}
 	if env.kube, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
