@@ -7,10 +7,11 @@ import (
 
 // Steps are the moments of one pod's way from its create call to its binding, on the
 // simulator's clock; a step with OK false was not seen (the stock scheduler has no leases or
-// claims, and a pod that never bound has no end).
+// claims, and a pod that never bound has no end). Planned is the arrival the workload planned
+// for the pod, before its create call: the simulator's own backlog lies between the two.
 type Steps struct {
-	Created, Seen, PreBind, Leased, Claimed, Bound             time.Duration
-	CreatedOK, SeenOK, PreBindOK, LeasedOK, ClaimedOK, BoundOK bool
+	Planned, Created, Seen, PreBind, Leased, Claimed, Bound               time.Duration
+	PlannedOK, CreatedOK, SeenOK, PreBindOK, LeasedOK, ClaimedOK, BoundOK bool
 }
 
 // Span is one stage of the waterfall over the pods that have both its ends.
@@ -25,6 +26,7 @@ type Span struct {
 
 // Waterfall stage names.
 const (
+	SpanPlayer   = "planned arrival -> create call (the simulator's create workers; not in the latency)"
 	SpanCreate   = "create call -> pod seen (API write, webhooks, watch)"
 	SpanSchedule = "pod seen -> PreBind began (queue, Filter/Score, Reserve, Permit)"
 	SpanLeases   = "PreBind began -> GPU leases seen (lease creates)"
@@ -39,20 +41,23 @@ const (
 // binding splits into the scheduling cycle, the lease creates, the claim write and the Bind;
 // without them (the stock scheduler) it is one stage. The stages' percentiles do not add up to
 // the total's: each is taken over its own distribution. A stage whose end was seen before its
-// start (the lease and claim watches are separate streams) counts as 0.
+// start (the lease and claim watches are separate streams) counts as 0. Where the planned
+// arrivals are known, a first stage says how far the create calls fell behind them: the
+// latency counts from the create call, so a backlog of creates is not in it.
 func ComputeWaterfall(pods []Steps) []Span {
 	type stage struct {
 		name     string
 		from, to func(s Steps) (time.Duration, bool)
 		total    bool
 	}
+	planned := func(s Steps) (time.Duration, bool) { return s.Planned, s.PlannedOK }
 	created := func(s Steps) (time.Duration, bool) { return s.Created, s.CreatedOK }
 	seen := func(s Steps) (time.Duration, bool) { return s.Seen, s.SeenOK }
 	preBind := func(s Steps) (time.Duration, bool) { return s.PreBind, s.PreBindOK }
 	leased := func(s Steps) (time.Duration, bool) { return s.Leased, s.LeasedOK }
 	claimed := func(s Steps) (time.Duration, bool) { return s.Claimed, s.ClaimedOK }
 	bound := func(s Steps) (time.Duration, bool) { return s.Bound, s.BoundOK }
-	stages := []stage{{name: SpanCreate, from: created, to: seen}}
+	stages := []stage{{name: SpanPlayer, from: planned, to: created}, {name: SpanCreate, from: created, to: seen}}
 	split := false
 	for _, p := range pods {
 		if p.BoundOK && p.PreBindOK && p.ClaimedOK {

@@ -47,4 +47,18 @@ func TestComputeWaterfall(t *testing.T) {
 	if len(stock) != 3 || stock[1].Name != SpanToBound || stock[1].P50 != ms(26) {
 		t.Errorf("stock stages %v (%+v), want create, seen -> bound 26ms, total", names, stock)
 	}
+
+	// With the planned arrivals known, the create calls' lag behind them comes first: one pod
+	// created on time, one 700 ms late (the simulator's workers all busy), one never bound.
+	late := ComputeWaterfall([]Steps{
+		{Planned: ms(10), Created: ms(10), Seen: ms(14), Bound: ms(30), PlannedOK: true, CreatedOK: true, SeenOK: true, BoundOK: true},
+		{Planned: ms(20), Created: ms(720), Seen: ms(730), Bound: ms(760), PlannedOK: true, CreatedOK: true, SeenOK: true, BoundOK: true},
+		{Planned: ms(30), Created: ms(900), PlannedOK: true, CreatedOK: true},
+	})
+	if len(late) != 4 || late[0].Name != SpanPlayer || late[0].Pods != 2 || late[0].P50 != 0 || late[0].P99 != ms(700) || late[0].Mean != ms(350) {
+		t.Errorf("stages %+v, want first the create backlog over 2 pods: p50 0, p99 700ms, mean 350ms", late)
+	}
+	if late[len(late)-1].Name != SpanTotal || late[len(late)-1].P99 != ms(40) {
+		t.Errorf("last stage %+v, want the total from the create call (p99 40ms)", late[len(late)-1])
+	}
 }

@@ -391,6 +391,7 @@ func (r *Report) rows() [][]string {
 		{"latency p99 of pods that never waited for capacity", func(x *runner.RunResult) string {
 			return dur(x.Metrics.Waits.LatencyP99NoCapacityWait)
 		}},
+		{"simulator's create backlog, p50 / p99 (mean): " + metrics.SpanPlayer, func(x *runner.RunResult) string { return span(x, metrics.SpanPlayer) }},
 		{"waterfall, p50 / p99 (mean), from each pod's timeline: " + metrics.SpanCreate, func(x *runner.RunResult) string { return span(x, metrics.SpanCreate) }},
 		{"  " + metrics.SpanSchedule, func(x *runner.RunResult) string { return span(x, metrics.SpanSchedule) }},
 		{"  " + metrics.SpanLeases, func(x *runner.RunResult) string { return span(x, metrics.SpanLeases) }},

@@ -465,8 +465,10 @@ func (r *recorder) stamping() (p50, p99 time.Duration, extra int) {
 	return at(0.5), at(0.99), len(r.extra)
 }
 
-// steps returns the plan's pods' timelines for the waterfall, as offsets from t0.
-func (r *recorder) steps(plan []scenario.PodPlan, t0 time.Duration) []metrics.Steps {
+// steps returns the plan's pods' timelines for the waterfall, as offsets from t0. With planned
+// (the simulator created the plan's pods itself, at plan times on this clock) each pod's
+// planned arrival is a step too; pods that controllers made have none.
+func (r *recorder) steps(plan []scenario.PodPlan, t0 time.Duration, planned bool) []metrics.Steps {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]metrics.Steps, 0, len(plan))
@@ -476,6 +478,7 @@ func (r *recorder) steps(plan []scenario.PodPlan, t0 time.Duration) []metrics.St
 			continue
 		}
 		out = append(out, metrics.Steps{
+			Planned: pp.At - t0, PlannedOK: planned && p.createdOK,
 			Created: p.created - t0, CreatedOK: p.createdOK,
 			Seen: p.seen - t0, SeenOK: p.seenOK,
 			PreBind: p.preBind - t0, PreBindOK: p.preBindOK,

@@ -906,7 +906,8 @@ func (r *modeRun) figures(w *workload) {
 	in := collect(r.rec, r.plan, pools, w.t0, w.end, r.stock && !r.withDRA)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
-	res.Waterfall = metrics.ComputeWaterfall(r.rec.steps(r.plan, w.t0))
+	// The player shifted the plan to the recorder's clock; controllers' pods have no plan times.
+	res.Waterfall = metrics.ComputeWaterfall(r.rec.steps(r.plan, w.t0, !r.controllers))
 	res.APIServer = metrics.APIServerFigures(w.apiAfter.Sub(w.apiBefore))
 	// From the first pod made: needs the bound figures, so after Compute.
 	if len(r.s.Spec.Workload.Controllers) > 0 {
