@@ -4,15 +4,19 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
@@ -21,6 +25,7 @@ import (
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/metricsauth"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook"
+	"github.com/gpu-scheduler/gpu-scheduler/webhook/certrotation"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
 )
 
@@ -36,6 +41,45 @@ type serveOptions struct {
 	kubeconfig   string
 	apiQPS       float32
 	apiBurst     int
+	rotation     rotationFlags
+}
+
+// rotationFlags turn on the in-process certificate rotator (webhook/certrotation).
+type rotationFlags struct {
+	secret, service string
+	injectInto      []string
+	opts            certrotation.Options
+}
+
+// options checks the flags and returns the rotator's options; ok is false when rotation is off.
+func (r *rotationFlags) options(certFile string) (opts certrotation.Options, ok bool, err error) {
+	if r.secret == "" {
+		if r.service != "" || len(r.injectInto) > 0 {
+			return opts, false, errors.New("--cert-service and --inject-ca-into need --cert-secret")
+		}
+		return opts, false, nil
+	}
+	opts = r.opts
+	if opts.Secret, err = namespacedName("--cert-secret", r.secret); err != nil {
+		return opts, false, err
+	}
+	if opts.Service, err = namespacedName("--cert-service", r.service); err != nil {
+		return opts, false, err
+	}
+	opts.Mutating, opts.Validating = r.injectInto, r.injectInto
+	opts.CertFile = certFile
+	if err := opts.Validate(); err != nil {
+		return opts, false, fmt.Errorf("certificate rotation: %w", err)
+	}
+	return opts, true, nil
+}
+
+func namespacedName(flag, v string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(v, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("%s=%q: want namespace/name", flag, v)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 func newServeOptions() *serveOptions {
@@ -62,6 +106,12 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.cfg.ClientCAFile, "client-ca-file", "", "PEM CA bundle: only callers with a client certificate it signed (the kube-apiserver, through its AdmissionConfiguration) may call /mutate and /validate; others get 403. Empty: any caller that reaches the port (docs/webhook.md#callers).")
 	fs.StringSliceVar(&o.cfg.ClientNames, "client-names", nil, "With --client-ca-file: the client certificate's common name or a DNS name must be one of these. Empty: any certificate of the CA.")
 	fs.Int64Var(&o.cfg.MaxRequestBytes, "max-request-bytes", o.cfg.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
+	fs.StringVar(&o.rotation.secret, "cert-secret", "", "namespace/name of a Secret the webhook keeps its own CA and serving certificate in, renewing them before they expire (open-policy-agent's cert-controller); mount it at the folder of --tls-cert-file. Empty: the certificate files are someone else's (cert-manager, a file you made).")
+	fs.StringVar(&o.rotation.service, "cert-service", "", "With --cert-secret: namespace/name of the webhook's Service, whose DNS names the certificate is for.")
+	fs.StringSliceVar(&o.rotation.injectInto, "inject-ca-into", nil, "With --cert-secret: names of the MutatingWebhookConfiguration and ValidatingWebhookConfiguration whose webhooks get the CA bundle.")
+	fs.DurationVar(&o.rotation.opts.CAValidity, "ca-validity", certrotation.DefaultCAValidity, "With --cert-secret: lifetime of the CA the webhook makes.")
+	fs.DurationVar(&o.rotation.opts.CertValidity, "cert-validity", certrotation.DefaultCertValidity, "With --cert-secret: lifetime of the serving certificate.")
+	fs.DurationVar(&o.rotation.opts.RenewBefore, "cert-renew-before", certrotation.DefaultRenewBefore, "With --cert-secret: the serving certificate (and the CA) is renewed this long before it ends.")
 	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace-period", o.cfg.ShutdownGrace, "How long in-flight requests may finish after SIGTERM.")
 }
 
@@ -91,9 +141,19 @@ func newCommand() *cobra.Command {
 			if o.cfg.MetricsGuard, err = metricsauth.NewGuard(api, "gpu-webhook"); err != nil {
 				return err
 			}
+			rotation, rotate, err := o.rotation.options(o.cfg.CertFile)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			ctx = klog.NewContext(ctx, klog.Background())
+			var rotatorDone <-chan error
+			if rotate {
+				if rotatorDone, err = startRotation(ctx, api, rotation); err != nil {
+					return err
+				}
+			}
 			if o.resourceName != "" || len(o.cfg.SiblingSchedulerNames) > 0 {
 				reader, err := webhook.NewClusterReader(api, webhook.ReaderOptions{QPS: o.apiQPS, Burst: o.apiBurst,
 					Claims: o.resourceName != "", SiblingSchedulerNames: o.cfg.SiblingSchedulerNames})
@@ -114,13 +174,50 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return s.Run(ctx)
+			if rotatorDone == nil {
+				return s.Run(ctx)
+			}
+			// A rotator that stops leaves a certificate that nobody renews: end the process so
+			// that the kubelet restarts it.
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go func() {
+				if err := <-rotatorDone; err != nil {
+					cancel(err)
+				}
+			}()
+			if err := s.Run(ctx); err != nil {
+				return err
+			}
+			return context.Cause(ctx)
 		},
 	}
 	o.addFlags(cmd.Flags())
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.AddCommand(newRenderCommand())
 	return cmd
+}
+
+// startRotation starts the certificate rotator and waits until the certificate it keeps is
+// mounted at the certificate file and its CA is in the webhook configurations: the server loads
+// the files when it starts.
+func startRotation(ctx context.Context, api *rest.Config, opts certrotation.Options) (<-chan error, error) {
+	ready, done, err := certrotation.Start(ctx, api, opts)
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("Waiting for the rotated certificate to be mounted", "file", opts.CertFile)
+	select {
+	case <-ready:
+		return done, nil
+	case err := <-done:
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("certificate rotator stopped before the certificate was ready: %w", err)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // apiConfig is the client configuration of the webhook's own API calls: the kubeconfig when

@@ -14,6 +14,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -417,7 +418,8 @@ func TestWebhookConfigurationsMatchManifests(t *testing.T) {
 
 			opts := tc.opts
 			opts.Name = releaseName + "-webhook"
-			opts.CABundle = gotM.Webhooks[0].ClientConfig.CABundle
+			// The chart leaves the CA bundles to the webhook's rotator: none rendered.
+			opts.CABundle = []byte("written by the webhook")
 			// The scheduler identity the webhook Deployment runs with, so that the configuration
 			// keeps exactly its Bindings from the webhook.
 			opts.Scheduler = webhookSchedulerIdentity(t, objs)
@@ -427,6 +429,12 @@ func TestWebhookConfigurationsMatchManifests(t *testing.T) {
 			wantM, wantV, err := manifests.Render(opts)
 			if err != nil {
 				t.Fatal(err)
+			}
+			for i := range wantM.Webhooks {
+				wantM.Webhooks[i].ClientConfig.CABundle = nil
+			}
+			for i := range wantV.Webhooks {
+				wantV.Webhooks[i].ClientConfig.CABundle = nil
 			}
 			if !equality.Semantic.DeepEqual(gotM.Webhooks, wantM.Webhooks) {
 				t.Errorf("mutating webhooks differ from webhook/manifests:\n%s", lineDiff(toYAML(t, wantM.Webhooks), toYAML(t, gotM.Webhooks)))
@@ -457,28 +465,81 @@ func webhookSchedulerIdentity(t *testing.T, objs []*unstructured.Unstructured) w
 	return id
 }
 
-// The generated serving certificate is signed by the CA bundle the apiserver is given, for the
-// Service's DNS names, and the Secret holds the matching key.
+// Without cert-manager the chart renders no certificate: an empty Secret for the webhook's
+// rotator, no caBundle, and the rotator's flags on the webhook with that Secret mounted where the
+// webhook reads its certificate. So two renders are the same, as Argo CD (no lookup) needs.
 func TestWebhookCertificate(t *testing.T) {
-	objs := parseObjects(t, mustTemplate(t))
+	first := mustTemplate(t)
+	if second := mustTemplate(t); second != first {
+		t.Fatalf("two renders of the chart differ (a certificate made at render time?):\n%s", lineDiff(first, second))
+	}
+	objs := parseObjects(t, first)
+	secretName := releaseName + "-webhook-cert"
 	var secret corev1.Secret
-	into(t, find(t, objs, "Secret", releaseName+"-webhook-tls"), &secret)
+	into(t, find(t, objs, "Secret", secretName), &secret)
+	if len(secret.Data)+len(secret.StringData) != 0 || secret.Type != corev1.SecretTypeOpaque {
+		t.Errorf("Secret %s: type %q with keys %v; want an empty Opaque Secret that only the webhook fills", secretName, secret.Type, slices.Sorted(maps.Keys(secret.Data)))
+	}
 	var mwc admissionregistrationv1.MutatingWebhookConfiguration
 	into(t, find(t, objs, "MutatingWebhookConfiguration", releaseName+"-webhook"), &mwc)
 	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
 	into(t, find(t, objs, "ValidatingWebhookConfiguration", releaseName+"-webhook"), &vwc)
-
-	caBundle := mwc.Webhooks[0].ClientConfig.CABundle
-	if !bytes.Equal(caBundle, secret.Data["ca.crt"]) || !bytes.Equal(caBundle, vwc.Webhooks[0].ClientConfig.CABundle) {
-		t.Fatal("the webhook configurations' CA bundles are not the Secret's ca.crt")
+	for _, w := range mwc.Webhooks {
+		if len(w.ClientConfig.CABundle) != 0 {
+			t.Errorf("mutating webhook %s has a rendered caBundle; the webhook writes it", w.Name)
+		}
 	}
-	verifyServingCert(t, secret.Data, releaseName+"-webhook."+releaseNamespace+".svc")
+	for _, w := range vwc.Webhooks {
+		if len(w.ClientConfig.CABundle) != 0 {
+			t.Errorf("validating webhook %s has a rendered caBundle; the webhook writes it", w.Name)
+		}
+	}
+
+	spec, _ := podSpecOf(t, find(t, objs, "Deployment", releaseName+"-webhook"))
+	args := spec.Containers[0].Args
+	svc := releaseName + "-webhook"
+	for _, want := range []string{"--cert-secret=" + releaseNamespace + "/" + secretName, "--cert-service=" + releaseNamespace + "/" + svc,
+		"--inject-ca-into=" + svc, "--ca-validity=87600h", "--cert-validity=8760h", "--cert-renew-before=2160h"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("webhook args %q lack %s", args, want)
+		}
+	}
+	certDir := ""
+	for _, a := range args {
+		if f, ok := strings.CutPrefix(a, "--tls-cert-file="); ok {
+			certDir = filepath.Dir(f)
+		}
+	}
+	mounted := false
+	for _, m := range spec.Containers[0].VolumeMounts {
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == secretName && m.MountPath == certDir {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("Secret %s is not mounted at %q, the folder of --tls-cert-file", secretName, certDir)
+	}
+	if spec.Containers[0].StartupProbe == nil {
+		t.Error("the webhook has no startupProbe: its liveness probe would restart it while it waits for its first certificate to be mounted")
+	}
+
+	t.Run("renewal before the end", func(t *testing.T) {
+		_, err := template(t, "--set", "webhook.tls.renewBeforeDays=365")
+		if err == nil || !strings.Contains(err.Error(), "webhook.tls.renewBeforeDays (365) must be less than webhook.tls.certValidityDays (365)") {
+			t.Errorf("renewBeforeDays = certValidityDays: %v", err)
+		}
+	})
 
 	t.Run("cert-manager", func(t *testing.T) {
 		objs := parseObjects(t, mustTemplate(t, "--set", "webhook.certManager.enabled=true"))
 		for _, o := range objs {
 			if o.GetKind() == "Secret" {
 				t.Errorf("with cert-manager the chart renders Secret %s; cert-manager owns it", o.GetName())
+			}
+			if strings.HasSuffix(o.GetName(), "-webhook-cert") {
+				t.Errorf("with cert-manager the chart renders the rotator's %s %s", o.GetKind(), o.GetName())
 			}
 		}
 		for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
@@ -489,6 +550,12 @@ func TestWebhookCertificate(t *testing.T) {
 		}
 		find(t, objs, "Certificate", releaseName+"-webhook")
 		find(t, objs, "Issuer", releaseName+"-webhook-selfsigned")
+		spec, _ := podSpecOf(t, find(t, objs, "Deployment", releaseName+"-webhook"))
+		for _, a := range spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--cert-secret") {
+				t.Errorf("with cert-manager the webhook still rotates its own certificate: %s", a)
+			}
+		}
 	})
 }
 

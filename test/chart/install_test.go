@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -298,25 +299,40 @@ func checkFlags(t *testing.T, ctx context.Context, e *installEnv) {
 	}
 }
 
-// The chart's Secret, served by the real webhook binary with the chart's own arguments, is
-// trusted through the CA bundle of the webhook configurations under the Service's DNS name.
+// The real webhook binary, with the chart's arguments and its ServiceAccount's token, makes its
+// certificate in the chart's empty Secret and writes its CA into both webhook configurations;
+// served from the Secret's files (as the kubelet mounts them), it is trusted through that CA
+// bundle under the Service's DNS name.
 func checkWebhookCertificate(t *testing.T, ctx context.Context, e *installEnv) {
-	secret, err := e.kube.CoreV1().Secrets(releaseNamespace).Get(ctx, webhookSvc+"-tls", metav1.GetOptions{})
+	secretName := webhookSvc + "-cert"
+	secret, err := e.kube.CoreV1().Secrets(releaseNamespace).Get(ctx, secretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(secret.Data) != 0 {
+		t.Fatalf("Secret %s holds %d keys before the webhook ran; the chart must ship it empty", secretName, len(secret.Data))
+	}
+	dir := t.TempDir()
+	mountCtx, stopMount := context.WithCancel(ctx)
+	defer stopMount()
+	go mountSecret(mountCtx, e.kube, secretName, dir)
+	addr := startWebhook(t, ctx, e, dir, true)
+	if secret, err = e.kube.CoreV1().Secrets(releaseNamespace).Get(ctx, secretName, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	e.secretData = secret.Data
+	verifyServingCert(t, secret.Data, webhookSvc+"."+releaseNamespace+".svc")
 	mwc, err := e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookSvc, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	for _, f := range []string{"tls.crt", "tls.key"} {
-		if err := os.WriteFile(filepath.Join(dir, f), secret.Data[f], 0o600); err != nil {
-			t.Fatal(err)
-		}
+	vwc, err := e.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhookSvc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	addr := startWebhook(t, ctx, e, dir)
+	if string(vwc.Webhooks[0].ClientConfig.CABundle) != string(secret.Data["ca.crt"]) || string(mwc.Webhooks[0].ClientConfig.CABundle) != string(secret.Data["ca.crt"]) {
+		t.Fatal("the webhook configurations' CA bundles are not the CA the webhook made")
+	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(mwc.Webhooks[0].ClientConfig.CABundle) {
 		t.Fatal("the MutatingWebhookConfiguration's caBundle holds no certificate")
@@ -334,9 +350,29 @@ func checkWebhookCertificate(t *testing.T, ctx context.Context, e *installEnv) {
 	}
 }
 
+// mountSecret does what the kubelet does for the webhook's Secret volume: it keeps the Secret's
+// keys as files in dir until ctx ends.
+func mountSecret(ctx context.Context, kube kubernetes.Interface, name, dir string) {
+	_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		s, err := kube.CoreV1().Secrets(releaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for k, v := range s.Data {
+			_ = os.WriteFile(filepath.Join(dir, k), v, 0o600)
+		}
+		return false, nil
+	})
+}
+
+// rotationArgs are the webhook's certificate rotation flags (cmd/gpu-webhook).
+var rotationArgs = []string{"--cert-secret=", "--cert-service=", "--inject-ca-into=", "--ca-validity=", "--cert-validity=", "--cert-renew-before="}
+
 // startWebhook runs bin/gpu-webhook with the arguments of the chart's Deployment, with the
-// certificate files in certDir and a free loopback port, and returns its address.
-func startWebhook(t *testing.T, ctx context.Context, e *installEnv, certDir string) string {
+// certificate files in certDir and a free loopback port, and returns its address. Without rotate
+// the certificate rotation flags are left out: certDir's certificate is the test's own, and the
+// CA bundles are the test's to set.
+func startWebhook(t *testing.T, ctx context.Context, e *installEnv, certDir string, rotate bool) string {
 	t.Helper()
 	bin, err := launch.Binary(ctx, "gpu-webhook")
 	if err != nil {
@@ -353,6 +389,9 @@ func startWebhook(t *testing.T, ctx context.Context, e *installEnv, certDir stri
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	var args []string
 	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if !rotate && slices.ContainsFunc(rotationArgs, func(p string) bool { return strings.HasPrefix(a, p) }) {
+			continue
+		}
 		switch {
 		case strings.HasPrefix(a, "--listen-address="):
 			a = "--listen-address=" + addr
@@ -448,7 +487,7 @@ func (a access) String() string {
 }
 
 func checkAccessReviews(t *testing.T, ctx context.Context, e *installEnv) {
-	const coord, gpu = "coordination.k8s.io", "gpu.scheduling"
+	const coord, gpu, admreg = "coordination.k8s.io", "gpu.scheduling", "admissionregistration.k8s.io"
 	for _, a := range []access{
 		// The scheduler.
 		{schedulerSA, "list", "", "pods", "", "", "", true},
@@ -509,9 +548,16 @@ func checkAccessReviews(t *testing.T, ctx context.Context, e *installEnv) {
 		{controlSA, "delete", gpu, "gpuworkloads", "", userNS, "", false},
 		{controlSA, "get", "", "secrets", "", releaseNamespace, "", false},
 		{controlSA, "update", gpu, "gpunodestatuses", "status", "", "", false},
-		// The webhook calls no API at all.
+		// The webhook: its certificate rotator reads the release namespace's Secrets (through an
+		// informer) and writes its own Secret and its own webhook configurations; nothing else.
 		{webhookSA, "list", "", "pods", "", "", "", false},
-		{webhookSA, "get", "", "secrets", "", releaseNamespace, "", false},
+		{webhookSA, "watch", "", "secrets", "", releaseNamespace, "", true},
+		{webhookSA, "update", "", "secrets", "", releaseNamespace, webhookSvc + "-cert", true},
+		{webhookSA, "update", "", "secrets", "", releaseNamespace, "", false},
+		{webhookSA, "get", "", "secrets", "", "kube-system", "", false},
+		{webhookSA, "update", admreg, "validatingwebhookconfigurations", "", "", webhookSvc, true},
+		{webhookSA, "update", admreg, "mutatingwebhookconfigurations", "", "", webhookSvc, true},
+		{webhookSA, "update", admreg, "validatingwebhookconfigurations", "", "", "", false},
 		{webhookSA, "get", coord, "leases", "", releaseNamespace, "", false},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
@@ -723,8 +769,24 @@ func checkComponents(t *testing.T, ctx context.Context, e *installEnv) {
 	t.Run("webhook", func(t *testing.T) {
 		_, err := webhookClient.CoreV1().Pods(userNS).List(ctx, metav1.ListOptions{})
 		wantForbidden(t, "webhook lists pods", err)
-		_, err = webhookClient.CoreV1().Secrets(releaseNamespace).Get(ctx, webhookSvc+"-tls", metav1.GetOptions{})
-		wantForbidden(t, "webhook reads its own TLS Secret through the API", err)
+		// Its certificate rotator reads the release namespace's Secrets and writes its own only.
+		_, err = webhookClient.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		wantForbidden(t, "webhook lists secrets in kube-system", err)
+		release, err := e.kube.CoreV1().Secrets(releaseNamespace).Get(ctx, "sh.helm.release.v1."+releaseName+".v1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = webhookClient.CoreV1().Secrets(releaseNamespace).Update(ctx, release, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantForbidden(t, "webhook updates the helm release Secret", err)
+		other, err := e.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "someone-elses"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = e.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, other.Name, metav1.DeleteOptions{})
+		}()
+		_, err = webhookClient.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, other, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantForbidden(t, "webhook updates another release's webhook configuration", err)
 	})
 
 	t.Run("scheduler", func(t *testing.T) {
@@ -1098,7 +1160,7 @@ func startScheduler(t *testing.T, ctx context.Context, e *installEnv, kubeconfig
 func routeWebhooksToLocal(t *testing.T, ctx context.Context, e *installEnv) func() {
 	t.Helper()
 	certDir, caPEM := localServingCert(t)
-	addr := startWebhook(t, ctx, e, certDir)
+	addr := startWebhook(t, ctx, e, certDir, false)
 	mwcs := e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	vwcs := e.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	mwc, err := mwcs.Get(ctx, webhookSvc, metav1.GetOptions{})
@@ -1191,11 +1253,11 @@ func checkUpgrade(t *testing.T, ctx context.Context, e *installEnv) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	secret, err := e.kube.CoreV1().Secrets(releaseNamespace).Get(ctx, webhookSvc+"-tls", metav1.GetOptions{})
+	secret, err := e.kube.CoreV1().Secrets(releaseNamespace).Get(ctx, webhookSvc+"-cert", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
+	for _, k := range []string{"ca.crt", "ca.key", "tls.crt", "tls.key"} {
 		if string(secret.Data[k]) != string(e.secretData[k]) {
 			t.Errorf("helm upgrade changed %s of Secret %s", k, secret.Name)
 		}
@@ -1204,8 +1266,14 @@ func checkUpgrade(t *testing.T, ctx context.Context, e *installEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(vwc.Webhooks[0].ClientConfig.CABundle) != string(e.secretData["ca.crt"]) {
-		t.Error("after the upgrade the CA bundle is not the kept CA")
+	mwc, err := e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookSvc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing rotates during the upgrade (no webhook runs here): the bundles the webhook wrote
+	// must survive helm's three-way merge.
+	if string(vwc.Webhooks[0].ClientConfig.CABundle) != string(e.secretData["ca.crt"]) || string(mwc.Webhooks[0].ClientConfig.CABundle) != string(e.secretData["ca.crt"]) {
+		t.Error("after the upgrade the CA bundles are not the kept CA")
 	}
 	if got := ptr.Deref(vwc.Webhooks[0].TimeoutSeconds, 0); got != 4 {
 		t.Errorf("timeoutSeconds = %d after the upgrade, want 4", got)

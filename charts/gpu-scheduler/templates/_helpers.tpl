@@ -35,8 +35,18 @@ Names. The release's objects are called <fullname> (the scheduler), <fullname>-w
 {{- printf "%s-controller" (include "gpu-scheduler.fullname" .) -}}
 {{- end -}}
 
+{{- /*
+The Secret with the webhook's serving certificate: cert-manager's (<fullname>-webhook-tls), or
+the one the webhook's own rotator fills (<fullname>-webhook-cert). The names differ because the
+chart's first versions rendered <fullname>-webhook-tls as a kubernetes.io/tls Secret with the
+certificate in it, and a Secret's type cannot change on upgrade.
+*/ -}}
 {{- define "gpu-scheduler.webhook.tlsSecretName" -}}
+{{- if .Values.webhook.certManager.enabled -}}
 {{- printf "%s-tls" (include "gpu-scheduler.webhook.fullname" .) -}}
+{{- else -}}
+{{- printf "%s-cert" (include "gpu-scheduler.webhook.fullname" .) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* ServiceAccount names: the component's fullname unless set. */}}
