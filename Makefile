@@ -63,6 +63,11 @@ tools:
 tools-control-plane:
 	PROMETHEUS_TOOLS=0 bash hack/build-tools.sh
 
+## kueue-tools: build Kueue's controller manager into _output/bin and copy its Helm chart (CRDs, webhooks) into _output/kueue (only when its pin changed); the acceptance tests run it
+.PHONY: kueue-tools
+kueue-tools:
+	bash hack/build-tools.sh --kueue
+
 ## test-integration: tests against a real control plane (build tag integration), one package at a time
 .PHONY: test-integration
 test-integration: tools
@@ -73,7 +78,7 @@ test-integration: tools
 
 ## test-acceptance: the godog scenarios in features/ against a real control plane (TAGS=@lease to pick some); JUnit in reports/acceptance.xml
 .PHONY: test-acceptance
-test-acceptance: tools
+test-acceptance: tools kueue-tools
 	@mkdir -p reports
 	CGO_ENABLED=1 $(GO) test -v -tags acceptance -count=1 -timeout 30m ./features/ -args -godog.format=$(or $(GODOG_FORMAT),pretty) $(if $(TAGS),-godog.tags=$(TAGS))
 

@@ -15,6 +15,9 @@
 #                                    containerd 2.x with its runc shim and ctr, under a stamp of their own
 #   hack/build-tools.sh --lint       only golangci-lint with logcheck linked in (hack/tools/golangci-lint),
 #                                    under a stamp of its own; hack/verify.sh runs this, make sim never does
+#   hack/build-tools.sh --kueue      only Kueue's controller manager (kueue) and the Helm chart of the
+#                                    same module version (_output/kueue/chart), under a stamp of its
+#                                    own; the acceptance tests run it, make sim never does
 set -euo pipefail
 # Nothing below may depend on the user's locale (df and awk output, sort order).
 export LC_ALL=C
@@ -25,9 +28,10 @@ case "${1:-}" in
 --preflight) mode=preflight ;;
 --node) mode=node ;;
 --lint) mode=lint ;;
+--kueue) mode=kueue ;;
 "") ;;
 *)
-	echo "usage: hack/build-tools.sh [--preflight|--node|--lint]" >&2
+	echo "usage: hack/build-tools.sh [--preflight|--node|--lint|--kueue]" >&2
 	exit 2
 	;;
 esac
@@ -113,6 +117,47 @@ build_lint_tools() {
 }
 if [ "$mode" = lint ]; then
 	build_lint_tools
+	exit 0
+fi
+
+# Kueue (sigs.k8s.io/kueue) is installed at its own go.mod's versions, as kwok and helm are, so
+# its dependencies never move ours. Its CRDs, webhook configurations, webhook Service and
+# certificate Secret come from the Helm chart in the same module zip (charts/kueue), copied
+# beside the binary, so that the harness (sim/launch.StartKueue) installs exactly what this
+# manager serves; nothing is downloaded but the module.
+KUEUE_VERSION=v0.17.0
+build_kueue() {
+	local kstamp="$bin/.kueue.stamp" kwant t=$SECONDS dir kdir="$root/_output/kueue"
+	kwant="kueue=$KUEUE_VERSION $(go env GOVERSION)"
+	if [ -z "${FORCE:-}" ] && [ -x "$bin/kueue" ] && [ -f "$kdir/chart/Chart.yaml" ] && [ -f "$kstamp" ] && [ "$(cat "$kstamp")" = "$kwant" ]; then
+		echo "tools: kueue $KUEUE_VERSION up to date in _output/bin"
+		return 0
+	fi
+	rm -f "$kstamp"
+	preflight
+	mkdir -p "$bin"
+	# The version ldflags make the manager log the pin it is (it would say v0.0.0-main).
+	local v=sigs.k8s.io/kueue/pkg/version
+	if ! CGO_ENABLED=0 GOBIN="$bin" go install -trimpath \
+		-ldflags "-s -w -X $v.GitVersion=$KUEUE_VERSION -X $v.GitCommit=$KUEUE_VERSION -X $v.BuildDate=1970-01-01T00:00:00Z" \
+		"sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"; then
+		echo "tools: building kueue $KUEUE_VERSION failed" >&2
+		exit 1
+	fi
+	if ! dir=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | awk -F'"' '$2 == "Dir" {print $4}') || [ ! -f "$dir/charts/kueue/Chart.yaml" ]; then
+		echo "tools: the kueue $KUEUE_VERSION module in the module cache has no charts/kueue" >&2
+		exit 1
+	fi
+	rm -rf "$kdir"
+	mkdir -p "$kdir"
+	cp -R "$dir/charts/kueue" "$kdir/chart"
+	# The module cache is read-only; the copies need not be.
+	chmod -R u+w "$kdir"
+	echo "$kwant" >"$kstamp"
+	echo "tools: kueue $KUEUE_VERSION built in $((SECONDS - t))s"
+}
+if [ "$mode" = kueue ]; then
+	build_kueue
 	exit 0
 fi
 
