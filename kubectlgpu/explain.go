@@ -166,15 +166,15 @@ func Explain(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface,
 }
 
 // claimFromTemplate is the claim the scheduler would make for a pod that names a
-// GpuClaimTemplate (not a gang's: gpu-controller makes those first); nil when the pod names
-// none or the template cannot be read.
+// GpuClaimTemplate (not a gang's, nor one for a pod of a PodGroup: gpu-controller makes those
+// first); nil when the pod names none or the template cannot be read.
 func claimFromTemplate(ctx context.Context, dc dynamic.Interface, pod *corev1.Pod) *apiv1.GpuClaim {
 	template, ok := claims.Template(pod)
 	if !ok {
 		return nil
 	}
 	tmpl, err := getCustom[apiv1.GpuClaimTemplate](ctx, dc, "gpuclaimtemplates", pod.Namespace, template)
-	if err != nil || tmpl.Spec.Spec.GangRef != "" {
+	if err != nil || tmpl.Spec.Spec.GangRef != "" || tmpl.Spec.Spec.GangTopology != nil || claims.InPodGroup(pod) {
 		return nil
 	}
 	claim, err := apiv1.ClaimFromTemplate(pod, tmpl)

@@ -15,6 +15,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 )
 
@@ -51,7 +52,9 @@ func TestExplainTemplatedPodWithoutClaim(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name),
 			Annotations: map[string]string{apiv1.AnnotationClaimTemplate: template}}}
 	}
-	kc := kubefake.NewClientset(templated("web-0", "x2"), templated("lone-0", "nope"))
+	grouped := templated("grp-0", "x2")
+	grouped.Labels = map[string]string{claims.LabelPodGroup: "train"}
+	kc := kubefake.NewClientset(templated("web-0", "x2"), templated("lone-0", "nope"), grouped)
 	tmpl := &apiv1.GpuClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x2"},
 		Spec: apiv1.GpuClaimTemplateSpec{Spec: apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2}}}}
 	dc := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
@@ -81,5 +84,15 @@ func TestExplainTemplatedPodWithoutClaim(t *testing.T) {
 	}
 	if !ex.ClaimMissing || ex.FromTemplate != "" {
 		t.Fatalf("explanation %+v, want the claim missing (no template)", ex)
+	}
+
+	// A pod of a PodGroup: its claim, in the group's gang, is gpu-controller's to make; no dry
+	// run of a claim of no gang.
+	ex, err = Explain(t.Context(), kc, dc, "ns", "grp-0", 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ex.ClaimMissing || ex.FromTemplate != "" {
+		t.Fatalf("explanation %+v, want the claim missing (made by gpu-controller with the group's gang)", ex)
 	}
 }

@@ -25,8 +25,10 @@ type GpuClaimTemplate struct {
 	Spec GpuClaimTemplateSpec `json:"spec"`
 }
 
-// GpuClaimTemplateSpec is what every claim made from the template gets.
-// +kubebuilder:validation:XValidation:rule="!has(self.spec.gangTopology) || (has(self.spec.gangRef) && size(self.spec.gangRef) > 0)",message="gangTopology places the nodes of a gang together: set spec.gangRef",fieldPath=".spec.gangTopology"
+// GpuClaimTemplateSpec is what every claim made from the template gets. Its spec may set
+// gangTopology without gangRef: the claims of the pods of a PodGroup take the group's gang
+// (gangRef <api group>/<group name>), so such a template serves the pods of PodGroups, and a pod
+// of no group is not placed with it (a claim with gangTopology needs a gang).
 type GpuClaimTemplateSpec struct {
 	// Metadata holds the labels and annotations copied onto every claim made from the template.
 	// +optional

@@ -158,3 +158,19 @@ func TestPodGroupAndGangRefRefused(t *testing.T) {
 		t.Errorf("event %q, want both groups named", ev)
 	}
 }
+
+// A template may place a whole PodGroup inside one topology domain: gangTopology without
+// gangRef, the claim getting the group's gang.
+func TestPodGroupGangTopology(t *testing.T) {
+	tmpl := soloTemplate("clique")
+	tmpl.Spec.Spec.GangTopology = &apiv1.GangTopology{Level: "nvidia.com/gpu.clique", Mode: apiv1.TopologyRequired}
+	e := newEnv(t, inCoscheduling("d-0", "clique", "racks"), tmpl).withGroups(coschedulingGroup("racks", 18))
+	e.reconcile(t, "d-0")
+	c, ok := e.claim(t, "d-0-clique")
+	if !ok {
+		t.Fatalf("no claim made (event %q)", e.event(t))
+	}
+	if c.Spec.GangRef != "scheduling.x-k8s.io/racks" || *c.Spec.GangSize != 18 || c.Spec.GangTopology == nil || c.Spec.GangTopology.Level != "nvidia.com/gpu.clique" {
+		t.Errorf("claim spec %+v, want the group's gang of 18 inside one nvidia.com/gpu.clique domain", c.Spec)
+	}
+}

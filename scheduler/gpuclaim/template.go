@@ -44,6 +44,11 @@ func (p *Plugin) claimFromTemplate(pod *v1.Pod, template string) (claim *apiv1.G
 		}
 		return nil, false, fmt.Sprintf("the claims of the pods of %s are made by gpu-controller, with the group's gang, before the gang is placed", what)
 	}
+	if tmpl.Spec.Spec.GangTopology != nil {
+		// Allowed in a template for the pods of pod groups, whose claims get the group's gang;
+		// a claim with gangTopology and no gang would be refused by the API server at PreBind.
+		return nil, false, fmt.Sprintf("GpuClaimTemplate %s sets gangTopology without gangRef, which only the pods of a PodGroup can use (their claims take the group's gang): set gangRef in the template or put the pod in a PodGroup", template)
+	}
 	claim, err = apiv1.ClaimFromTemplate(pod, tmpl)
 	if err != nil {
 		return nil, false, err.Error()

@@ -249,3 +249,14 @@ func TestPodGroupAndClaimGangRefRefused(t *testing.T) {
 		t.Errorf("claim of no gang refused: %s", msg)
 	}
 }
+
+// A template with gangTopology and no gangRef serves the pods of pod groups only: a pod of no
+// group waits with the reason instead of being placed with a claim the API server would refuse.
+func TestGangTopologyTemplateWithoutGroupWaits(t *testing.T) {
+	e := newTestEnv(t, []*v1.Node{ledgertest.Node("a", nil)})
+	createTemplate(t, e, "domain", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 1}, GangTopology: &apiv1.GangTopology{Level: "nvidia.com/gpu.clique"}})
+	_, st := e.p.PreFilter(t.Context(), framework.NewCycleState(), templatedPod("solo-0", "domain"), nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "GpuClaimTemplate domain sets gangTopology without gangRef, which only the pods of a PodGroup can use") {
+		t.Fatalf("status %v %q, want the template's gangTopology named", st.Code(), st.Message())
+	}
+}

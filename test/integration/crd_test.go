@@ -244,6 +244,8 @@ func TestCRDRejectsBadClaimTemplates(t *testing.T) {
 		{"count 0", `spec: {devices: {count: 0}}`, "spec.spec.devices.count: Invalid value: 0"},
 		{"spread with Required", `spec: {devices: {count: 2, policy: spread}, topology: {mode: Required}}`, "policy spread places GPUs across islands and cannot be combined with topology.mode Required"},
 		{"gangSize without gangRef", `spec: {devices: {count: 8}, gangSize: 4}`, "gangSize needs gangRef"},
+		// For the pods of PodGroups, whose claims take the group's gang.
+		{"gangTopology without gangRef", `spec: {devices: {count: 4}, gangTopology: {level: nvidia.com/gpu.clique, mode: Required}}`, ""},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
