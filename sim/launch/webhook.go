@@ -31,12 +31,19 @@ type WebhookOptions struct {
 	// NoRegister leaves the webhook configurations out: the process runs and serves, but the
 	// apiserver sends it nothing (a test that scrapes it beside other tests' pods).
 	NoRegister bool
+	// ResourceName runs the webhook in device-plugin mode (--resource-name, with
+	// --visible-devices-env=none): claim pods and the pod templates of Jobs that name a claim
+	// get this GPU resource. The registered configuration then sends Jobs too.
+	ResourceName string
 }
 
 // Webhook is a running gpu-webhook registered with the apiserver.
 type Webhook struct {
 	*cluster.Process
 	URL string
+	// CABundle verifies its serving certificate, for configurations registered by hand
+	// (NoRegister).
+	CABundle []byte
 }
 
 // StartWebhook runs bin/gpu-webhook on loopback with a serving certificate from a fresh CA,
@@ -83,6 +90,9 @@ func StartWebhook(ctx context.Context, c *cluster.Cluster, opts WebhookOptions) 
 		// /metrics callers are checked with the apiserver (TokenReview, SubjectAccessReview).
 		"--kubeconfig=" + c.Kubeconfig(),
 	}
+	if opts.ResourceName != "" {
+		args = append(args, "--resource-name="+opts.ResourceName, "--visible-devices-env=none")
+	}
 	// One identity for the process and for the configurations, whose match condition keeps
 	// this identity's Bindings from the webhook (it would allow them). The users are the
 	// process's default, spelt out so that both sides see the same.
@@ -97,7 +107,7 @@ func StartWebhook(ctx context.Context, c *cluster.Cluster, opts WebhookOptions) 
 	if err != nil {
 		return nil, err
 	}
-	w := &Webhook{Process: p, URL: "https://127.0.0.1:" + strconv.Itoa(port)}
+	w := &Webhook{Process: p, URL: "https://127.0.0.1:" + strconv.Itoa(port), CABundle: ca.PEM}
 	if err := waitHealthy(ctx, p, w.URL+"/healthz", time.Minute); err != nil {
 		_ = p.Kill()
 		return nil, err
@@ -105,7 +115,8 @@ func StartWebhook(ctx context.Context, c *cluster.Cluster, opts WebhookOptions) 
 	if opts.NoRegister {
 		return w, nil
 	}
-	mut, val, err := manifests.Render(manifests.Options{Namespace: opts.Namespace, CABundle: ca.PEM, URL: w.URL, Scheduler: scheduler})
+	mut, val, err := manifests.Render(manifests.Options{Namespace: opts.Namespace, CABundle: ca.PEM, URL: w.URL, Scheduler: scheduler,
+		JobResource: opts.ResourceName != ""})
 	if err != nil {
 		_ = p.Kill()
 		return nil, fmt.Errorf("rendering the webhook configurations for %s: %w", opts.Name, err)
