@@ -6,7 +6,8 @@ Feature: Gangs from PodGroups: the ecosystem's gang APIs place their pods all or
   and LeaderWorkerSet label their pods, and Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2,
   pod spec.schedulingGroup, behind the GenericWorkload feature gate). gpu-controller makes each
   pod's claim in the gang "<api group>/<group name>" of the group's minMember (or its gang
-  policy's minCount) pods; the gang is placed all or nothing, each pod with its claim's islands.
+  policy's minCount) pods; the gang is placed all or nothing, each pod with its claim's islands,
+  and, when the template sets gangTopology (no gangRef), the whole group inside one domain.
 
   Scenario: A Job in a coscheduling PodGroup starts all its pods, each inside one island, or none
     # A "two-island" node has one island of 4 healthy GPUs (its GPU 7 is unhealthy): one node
@@ -53,3 +54,22 @@ Feature: Gangs from PodGroups: the ecosystem's gang APIs place their pods all or
     When PodGroup "late" of at least 2 pods
     Then pods "a" and "b" are bound
     And the claim of pod "a" from template "x4" is in gang "scheduling.x-k8s.io/late" of 2
+
+  Scenario: A PodGroup's pods land together inside the fullest NVLink domain they fit
+    Given 4 "dgx-a100" nodes labelled "nvidia.com/gpu.clique=rack-a"
+    And 4 "dgx-a100" nodes labelled "nvidia.com/gpu.clique=rack-b"
+    And pod "tenant" claims:
+      """yaml
+      devices: {count: 8}
+      selector: {matchLabels: {nvidia.com/gpu.clique: rack-b}}
+      """
+    And pod "tenant" is bound
+    And GpuClaimTemplate "clique8" for 8 GPUs whose gang lies inside one "nvidia.com/gpu.clique" domain
+    And PodGroup "racks" of at least 3 pods
+    When pod "w0" uses claim template "clique8" in PodGroup "racks"
+    And pod "w1" uses claim template "clique8" in PodGroup "racks"
+    And pod "w2" uses claim template "clique8" in PodGroup "racks"
+    Then the claim of pod "w0" from template "clique8" is in gang "scheduling.x-k8s.io/racks" of 3
+    And pods "w0", "w1" and "w2" are bound
+    And pods "w0", "w1" and "w2" run on nodes labelled "nvidia.com/gpu.clique=rack-b"
+    And no GPU is held twice

@@ -31,6 +31,7 @@ func registerPodGroupSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^PodGroup "([^"]*)" of at least (\d+) pods$`, createCoschedulingGroup)
 	sc.Step(`^Kubernetes PodGroup "([^"]*)" with a gang of at least (\d+) pods$`, createWorkloadGroup)
 	sc.Step(`^GpuClaimTemplate "([^"]*)" for (\d+) GPUs inside one NVLink island$`, createIslandTemplate)
+	sc.Step(`^GpuClaimTemplate "([^"]*)" for (\d+) GPUs whose gang lies inside one "([^"]*)" domain$`, createDomainTemplate)
 	sc.Step(`^plain Job "([^"]*)" runs (\d+) pods at once for (\d+) seconds each from claim template "([^"]*)" in PodGroup "([^"]*)"$`, createGroupJob)
 	sc.Step(`^pod "([^"]*)" uses claim template "([^"]*)" in (PodGroup|Kubernetes PodGroup) "([^"]*)"$`, podInGroup)
 	sc.Step(`^the claims of the pods of Job "([^"]*)" are in gang "([^"]*)" of (\d+)$`, jobClaimsInGang)
@@ -83,6 +84,27 @@ func createIslandTemplate(ctx context.Context, name string, n int) error {
 				Devices:  apiv1.DeviceRequest{Count: int32(n)},
 				Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{LabelScenario: st.id}},
 				Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired},
+			},
+		},
+	}
+	if _, err := st.suite.gpu.GpuV1().GpuClaimTemplates(st.ns).Create(ctx, t, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating GpuClaimTemplate %s/%s: %w", st.ns, name, err)
+	}
+	return nil
+}
+
+// createDomainTemplate makes a template whose claims' gang must lie inside one domain of a
+// topology level: gangTopology without gangRef, for the pods of a PodGroup.
+func createDomainTemplate(ctx context.Context, name string, n int, level string) error {
+	st := state(ctx)
+	t := &apiv1.GpuClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
+		Spec: apiv1.GpuClaimTemplateSpec{
+			Metadata: apiv1.ClaimTemplateMetadata{Labels: map[string]string{"made-from": name}},
+			Spec: apiv1.GpuClaimSpec{
+				Devices:      apiv1.DeviceRequest{Count: int32(n)},
+				Selector:     &apiv1.NodeSelector{MatchLabels: map[string]string{LabelScenario: st.id}},
+				GangTopology: &apiv1.GangTopology{Level: level, Mode: apiv1.TopologyRequired},
 			},
 		},
 	}
