@@ -123,6 +123,7 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerPlacementSteps(sc)
 	registerTelemetrySteps(sc)
 	registerReleaseSteps(sc)
+	registerKueueSteps(sc)
 }
 
 func (s *Suite) beforeScenario(ctx context.Context, p *godog.Scenario) (context.Context, error) {

@@ -56,6 +56,8 @@ type Suite struct {
 	scheduler *launch.Scheduler
 	// schedulerGen numbers the shared schedulers started so far, for process names.
 	schedulerGen int
+	// kueue is Kueue and its Job webhook, once a @kueue scenario started them.
+	kueue *kueueHarness
 }
 
 // Start brings up the control plane, installs the CRDs, and starts the webhook, the shared
@@ -74,7 +76,7 @@ func Start(ctx context.Context, opts Options) (_ *Suite, err error) {
 		}
 	}()
 	began := time.Now()
-	if s.cluster, err = cluster.Start(ctx, cluster.Config{Name: opts.Name, KeepWorkDir: opts.KeepWorkDir, APIServerExtraArgs: WorkloadAPIArgs}); err != nil {
+	if s.cluster, err = cluster.Start(ctx, cluster.Config{Name: opts.Name, KeepWorkDir: opts.KeepWorkDir, APIServerExtraArgs: append(append([]string(nil), WorkloadAPIArgs...), KueueAPIServerArgs...)}); err != nil {
 		return nil, err
 	}
 	s.restCfg = s.cluster.RESTConfig()
