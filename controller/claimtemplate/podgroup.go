@@ -28,7 +28,7 @@ const maxGangSize = 1024
 
 // errGroupMissing wraps the error of a pod group that does not exist (or whose API the cluster
 // does not serve): the pod waits for it.
-var errGroupMissing = errors.New("pod group not found")
+var errGroupMissing = errors.New("no such pod group")
 
 // errGroupInvalid wraps the error of a pod group whose gang cannot be read.
 var errGroupInvalid = errors.New("pod group unusable")
@@ -61,8 +61,8 @@ func (d dynamicGroups) gangOf(ctx context.Context, namespace string, ref claims.
 	obj, err := d.client.Resource(gvr).Namespace(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return groupGang{}, fmt.Errorf("%w: %s/%s (%s/%s) does not exist, or the cluster does not serve %s: %w",
-				errGroupMissing, namespace, ref.Name, gvr.Group, gvr.Version, gvr.GroupResource(), err)
+			return groupGang{}, fmt.Errorf("%w: %s PodGroup %s/%s does not exist, or the cluster does not serve that API (%w)",
+				errGroupMissing, gvr.GroupVersion(), namespace, ref.Name, err)
 		}
 		return groupGang{}, fmt.Errorf("reading %s %s/%s (gpu-controller needs get on %s): %w", gvr.GroupVersion(), namespace, ref.Name, gvr.GroupResource(), err)
 	}
