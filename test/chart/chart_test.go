@@ -399,6 +399,12 @@ func TestWebhookConfigurationsMatchManifests(t *testing.T) {
 		opts manifests.Options
 	}{{
 		name: "default values",
+		// devicePlugin.enabled is the default: the Job webhook is rendered.
+		opts: manifests.Options{Namespace: releaseNamespace, JobResource: true,
+			Service: &manifests.ServiceRef{Namespace: releaseNamespace, Name: releaseName + "-webhook", Port: 443}},
+	}, {
+		name: "without the device plugin",
+		args: []string{"--set", "devicePlugin.enabled=false"},
 		opts: manifests.Options{Namespace: releaseNamespace,
 			Service: &manifests.ServiceRef{Namespace: releaseNamespace, Name: releaseName + "-webhook", Port: 443}},
 	}, {
@@ -406,7 +412,7 @@ func TestWebhookConfigurationsMatchManifests(t *testing.T) {
 		args: []string{"--namespace", "gpu-system", "--set", "webhook.timeoutSeconds=2", "--set", "webhook.service.port=9443",
 			"--set", "webhook.excludeNamespaces={monitoring,kube-system}", "--set", "scheduler.serviceAccount.name=sched",
 			"--set", "webhook.extraSchedulerUsers={system:serviceaccount:other:gpu-scheduler,ops}"},
-		opts: manifests.Options{Namespace: "gpu-system", TimeoutSeconds: 2, ExcludeNamespaces: []string{"monitoring", "kube-system"},
+		opts: manifests.Options{Namespace: "gpu-system", TimeoutSeconds: 2, ExcludeNamespaces: []string{"monitoring", "kube-system"}, JobResource: true,
 			Service: &manifests.ServiceRef{Namespace: "gpu-system", Name: releaseName + "-webhook", Port: 9443}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
