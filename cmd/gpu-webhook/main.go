@@ -285,6 +285,7 @@ func newRenderCommand() *cobra.Command {
 	fs.Int32Var(&opts.TimeoutSeconds, "timeout-seconds", manifests.DefaultTimeoutSeconds, "Per-call timeout the apiserver applies.")
 	fs.StringVar(&opts.SchedulerName, "scheduler-name", gpuv1.SchedulerName, schedulerNameUsage)
 	fs.StringSliceVar(&opts.ExcludeNamespaces, "exclude-namespaces", nil, "More namespaces the webhooks skip.")
+	fs.BoolVar(&opts.JobResource, "job-resource", false, "Also send the creation of batch/v1 Jobs whose pod template names a claim or a claim template, so that the webhook writes the GPU request into the template (for quota managers such as Kueue; docs/kueue.md). Pass it when the server runs with --resource-name.")
 	// The server's flags, with the server's defaults: pass the values the server runs with. The
 	// scheduler's Bindings are not sent to the webhook, which would allow them.
 	scheduler := webhook.DefaultConfig().Scheduler

@@ -38,6 +38,20 @@ func TestRender(t *testing.T) {
 		}
 	}
 
+	if strings.Contains(out.String(), "job-gpu-request") {
+		t.Errorf("the Job webhook is rendered without --job-resource:\n%s", out.String())
+	}
+	cmd = newCommand()
+	out.Reset()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"render", "--ca-bundle-file", caFile, "--namespace", "gpu-system", "--service-name", "gpu-webhook", "--job-resource"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "name: job-gpu-request.gpu.scheduling") || !strings.Contains(out.String(), "- jobs") {
+		t.Errorf("--job-resource: output lacks the Job webhook:\n%s", out.String())
+	}
+
 	// The server's identity flags.
 	cmd = newCommand()
 	out.Reset()
