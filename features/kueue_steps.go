@@ -132,7 +132,7 @@ func (st *scenario) kueueClient() (dynamic.Interface, error) {
 	st.suite.mu.Lock()
 	defer st.suite.mu.Unlock()
 	if st.suite.kueue == nil {
-		return nil, errors.New(`Kueue is not running: start the scenario with "Kueue runs, and gpu-webhook writes the GPU request into the pod templates of Jobs"`)
+		return nil, errors.New(`kueue is not running: start the scenario with "Kueue runs, and gpu-webhook writes the GPU request into the pod templates of Jobs"`)
 	}
 	return st.suite.kueue.dyn, nil
 }
@@ -273,7 +273,7 @@ func jobTemplateRequests(ctx context.Context, name string, n int) error {
 	c := j.Spec.Template.Spec.Containers[0].Resources
 	for kind, list := range map[string]corev1.ResourceList{"requests": c.Requests, "limits": c.Limits} {
 		if q, ok := list[kueueResource]; !ok || q.Cmp(*resource.NewQuantity(int64(n), resource.DecimalSI)) != 0 {
-			return fmt.Errorf("Job %s: spec.template.spec.containers[0].resources.%s = %v, want %s: %d", name, kind, list, kueueResource, n)
+			return fmt.Errorf("job %s: spec.template.spec.containers[0].resources.%s = %v, want %s: %d", name, kind, list, kueueResource, n)
 		}
 	}
 	return nil
@@ -402,14 +402,14 @@ func jobWaits(ctx context.Context, job, queue, msg string) error {
 			return false, err.Error(), nil
 		}
 		if !ptr.Deref(j.Spec.Suspend, false) {
-			return false, "", fmt.Errorf("Job %s runs although Kueue has not admitted it", job)
+			return false, "", fmt.Errorf("job %s runs although Kueue has not admitted it", job)
 		}
 		pods, err := st.suite.kube.CoreV1().Pods(st.ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job})
 		if err != nil {
 			return false, err.Error(), nil
 		}
 		if len(pods.Items) > 0 {
-			return false, "", fmt.Errorf("Job %s has %d pods although Kueue has not admitted it", job, len(pods.Items))
+			return false, "", fmt.Errorf("job %s has %d pods although Kueue has not admitted it", job, len(pods.Items))
 		}
 		lq, err := dyn.Resource(kueueLQs).Namespace(st.ns).Get(ctx, queue, metav1.GetOptions{})
 		if err != nil {
