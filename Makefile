@@ -46,7 +46,7 @@ unit:
 
 ## test: everything CI runs: verify, unit tests, integration and acceptance tests, the simulator smoke run, the README walkthrough and the real-node tests (e2e-node: skipped with one line where the machine cannot host a node)
 .PHONY: test
-test: setup verify unit test-chart test-integration test-acceptance test-sim test-dev e2e-node
+test: setup verify unit test-chart test-release test-integration test-acceptance test-sim test-dev e2e-node
 
 ## setup: install the system packages the tests and the real node need and Go cannot build (Chromium, runc, CNI plugins, iptables, conntrack) when missing: as root with apt-get, else one line saying what to install
 .PHONY: setup
@@ -241,6 +241,11 @@ node-down:
 e2e-node: node-tools
 	$(MAKE) --no-print-directory images IMAGE_PLATFORMS=$(NODE_PLATFORM)
 	CGO_ENABLED=1 $(GO) test -tags e2enode -count=1 -v -timeout 60m ./test/e2e-node/ $(if $(RUN),-run '$(RUN)')
+
+## test-release: run make release's script (VERSION=9.8.7-rc.1, without the images: test-images builds those) into a temporary folder and check the artefacts: SHA256SUMS against the files, the four kubectl-gpu archives (executable for their OS and CPU), the krew manifest's URIs and sums, the chart package (lint, version, dry-run install, CRDs) and the release notes (test/release); the four cross builds take several minutes on a cold build cache
+.PHONY: test-release
+test-release: tools
+	$(GO) test -tags release -count=1 -timeout 30m ./test/release/
 
 ## release: VERSION=x.y.z: chart package, kubectl-gpu archives (linux/darwin, amd64/arm64) with SHA256SUMS, the filled-in krew manifest, release notes and the images under _output/release/VERSION; pushes nothing (RELEASE_IMAGES=0 leaves the images out)
 .PHONY: release
