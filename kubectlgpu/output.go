@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/util/jsonpath"
+	"sigs.k8s.io/yaml"
 )
 
 // Output formats follow kubectl's: wide, json, yaml, name, jsonpath=TEMPLATE,
@@ -35,9 +36,15 @@ func (o *Options) printData(w io.Writer, resource string, v any) (bool, error) {
 		return true, err
 	}
 	switch format {
-	case "json":
-		return true, (&printers.JSONPrinter{}).PrintObj(obj, w)
-	case "yaml":
+	case "json", "yaml":
+		if obj.GetKind() == "" {
+			// A view that is no API object (status, explain): kubectl's printers refuse an
+			// object without apiVersion and kind, so it is encoded as it is.
+			return true, printPlain(w, format, obj.Object)
+		}
+		if format == "json" {
+			return true, (&printers.JSONPrinter{}).PrintObj(obj, w)
+		}
 		return true, (&printers.YAMLPrinter{}).PrintObj(obj, w)
 	case "name":
 		for _, it := range items {
@@ -60,6 +67,23 @@ func (o *Options) printData(w io.Writer, resource string, v any) (bool, error) {
 	default: // custom-columns
 		return true, o.printColumns(w, arg, items)
 	}
+}
+
+// printPlain writes v as indented JSON or as YAML.
+func printPlain(w io.Writer, format string, v any) error {
+	var out []byte
+	var err error
+	if format == "json" {
+		out, err = json.MarshalIndent(v, "", "    ")
+		out = append(out, '\n')
+	} else {
+		out, err = yaml.Marshal(v)
+	}
+	if err != nil {
+		return fmt.Errorf("encoding output: %w", err)
+	}
+	_, err = w.Write(out)
+	return err
 }
 
 // asObject turns v into what kubectl's printers take: one object, or a List of the items of a

@@ -68,6 +68,14 @@ func TestOutputFormats(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &list); err != nil || list.Kind != "List" || len(list.Items) != 2 {
 		t.Fatalf("-o json: kind %q, %d items, %v:\n%s", list.Kind, len(list.Items), err, out.String())
 	}
+	// A view that is no API object (status, explain) prints as it is in json and yaml.
+	view := Explanation{Pod: "ml/p", Claim: "ml/c"}
+	for format, want := range map[string]string{"json": `"claim": "ml/c"`, "yaml": "claim: ml/c"} {
+		out.Reset()
+		if _, err := (&Options{Output: format}).printData(&out, "explanation", view); err != nil || !strings.Contains(out.String(), want) {
+			t.Fatalf("-o %s of a view: %v\n%s", format, err, out.String())
+		}
+	}
 	// Tables and views print themselves for "" and wide.
 	if done, err := (&Options{Output: "wide"}).printData(&out, "gpuclaim", claims); done || err != nil {
 		t.Fatalf("-o wide printed data: %v %v", done, err)
