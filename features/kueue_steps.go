@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
-	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
 	"github.com/gpu-scheduler/gpu-scheduler/webhook/manifests"
 )
@@ -57,7 +56,7 @@ type kueueHarness struct {
 
 func registerKueueSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^Kueue runs, and gpu-webhook writes the GPU request into the pod templates of Jobs$`, kueueRuns)
-	sc.Step(`^GpuClaimTemplate "([^"]*)" for (\d+) GPUs in one island$`, createKueueIslandTemplate)
+	sc.Step(`^GpuClaimTemplate "([^"]*)" for (\d+) GPUs in one island$`, createIslandTemplate) // podgroup_steps.go
 	sc.Step(`^ClusterQueues "([^"]*)" and "([^"]*)" of (\d+) GPUs each in one cohort, each with a LocalQueue of its name$`, createTeamQueues)
 	sc.Step(`^Job "([^"]*)" of queue "([^"]*)" runs (\d+) pods? from claim template "([^"]*)"$`, createQueuedJob)
 	sc.Step(`^the pod template of Job "([^"]*)" requests (\d+) nvidia\.com/gpu$`, jobTemplateRequests)
@@ -135,26 +134,6 @@ func (st *scenario) kueueClient() (dynamic.Interface, error) {
 		return nil, errors.New(`kueue is not running: start the scenario with "Kueue runs, and gpu-webhook writes the GPU request into the pod templates of Jobs"`)
 	}
 	return st.suite.kueue.dyn, nil
-}
-
-func createKueueIslandTemplate(ctx context.Context, name string, n int) error {
-	st := state(ctx)
-	t := &apiv1.GpuClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
-		Spec: apiv1.GpuClaimTemplateSpec{
-			// The label the claim checks of controllerPodsHoldGPUs look for.
-			Metadata: apiv1.ClaimTemplateMetadata{Labels: map[string]string{"made-from": name}},
-			Spec: apiv1.GpuClaimSpec{
-				Devices:  apiv1.DeviceRequest{Count: int32(n)},
-				Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{LabelScenario: st.id}},
-				Topology: &apiv1.TopologyRequirement{Mode: apiv1.TopologyRequired},
-			},
-		},
-	}
-	if _, err := st.suite.gpu.GpuV1().GpuClaimTemplates(st.ns).Create(ctx, t, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating GpuClaimTemplate %s/%s: %w", st.ns, name, err)
-	}
-	return nil
 }
 
 // Cluster-scoped names of the scenario's Kueue objects.

@@ -3,6 +3,7 @@ package gpuclaim
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -195,6 +196,9 @@ func (x *domainIndex) empty() bool {
 // nodes idle for ever.
 type domainHolds struct {
 	clock clock.PassiveClock
+	// count is len(by), read without the lock: Filter and the candidate scan ask about every
+	// node of every pod, and a fleet where no gang holds anything should not take a lock each.
+	count atomic.Int32
 	mu    sync.Mutex
 	by    map[string]*domainHold // by gang key
 	node  map[string]string      // node -> the gang holding it
@@ -223,6 +227,7 @@ func (h *domainHolds) set(gang string, d domain, nodes []string, draining bool) 
 	h.releaseLocked(gang)
 	hold := &domainHold{d: d, nodes: slices.Compact(slices.Sorted(slices.Values(nodes))), draining: draining, renewed: h.clock.Now()}
 	h.by[gang] = hold
+	h.count.Store(int32(len(h.by)))
 	for _, n := range hold.nodes {
 		h.node[n] = gang
 	}
@@ -246,6 +251,7 @@ func (h *domainHolds) releaseLocked(gang string) {
 		}
 	}
 	delete(h.by, gang)
+	h.count.Store(int32(len(h.by)))
 }
 
 // expiredLocked drops gang's hold if it is past its ttl, and tells whether it did.
@@ -264,6 +270,9 @@ func (h *domainHolds) expiredLocked(gang string) bool {
 // holder is the gang holding node other than gang (the asking pod's own, "" outside a gang),
 // or "".
 func (h *domainHolds) holder(node, gang string) string {
+	if h.count.Load() == 0 {
+		return ""
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g, ok := h.node[node]
@@ -286,11 +295,7 @@ func (h *domainHolds) draining(level, gang string) string {
 }
 
 // any tells whether some gang holds nodes.
-func (h *domainHolds) any() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.by) > 0
-}
+func (h *domainHolds) any() bool { return h.count.Load() > 0 }
 
 // held is the domain gang holds and whether it drains it.
 func (h *domainHolds) held(gang string) (domain, bool, bool) {

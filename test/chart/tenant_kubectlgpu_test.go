@@ -15,14 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/kubectlgpu"
-	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 )
 
 // TestKubectlGPUForANamespaceUser runs kubectl gpu with the token of a ServiceAccount bound to
@@ -32,23 +30,9 @@ import (
 // naming the permission they lack instead of failing with Forbidden. The cluster admin gets
 // no note.
 func TestKubectlGPUForANamespaceUser(t *testing.T) {
-	helmBinary(t)
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 5*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Name: "chart-kgpu"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	})
-	if err := c.InstallCRDs(ctx, filepath.Join(chartDir(t), "crds")); err != nil {
-		t.Fatal(err)
-	}
-	admin := kubernetes.NewForConfigOrDie(c.RESTConfig())
-	installTenantRoles(t, ctx, admin)
+	c, admin := tenantCluster(t, ctx, "chart-kgpu")
 	const ns = "team-a"
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

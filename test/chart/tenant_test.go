@@ -33,24 +33,9 @@ import (
 // GpuClaims, GpuClaimTemplates and GpuWorkloads there with its own token, and nowhere else; one
 // bound to view reads them and writes nothing. Without the chart's roles both are Forbidden.
 func TestTenantRBAC(t *testing.T) {
-	helmBinary(t)
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 5*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Name: "chart-tenant"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	})
-	if err := c.InstallCRDs(ctx, filepath.Join(chartDir(t), "crds")); err != nil {
-		t.Fatal(err)
-	}
-	admin := kubernetes.NewForConfigOrDie(c.RESTConfig())
-
-	installTenantRoles(t, ctx, admin)
+	c, admin := tenantCluster(t, ctx, "chart-tenant")
 
 	const home, other = "team-a", "team-b"
 	for _, ns := range []string{home, other} {
@@ -200,4 +185,26 @@ func tenantConfig(t *testing.T, ctx context.Context, c *cluster.Cluster, admin k
 	cfg := rest.AnonymousClientConfig(c.RESTConfig())
 	cfg.BearerToken = tr.Status.Token
 	return cfg
+}
+
+// tenantCluster starts a control plane with the chart's CRDs and its tenant roles, stopped when
+// the test ends, and returns it with an admin client.
+func tenantCluster(t *testing.T, ctx context.Context, name string) (*cluster.Cluster, kubernetes.Interface) {
+	t.Helper()
+	helmBinary(t)
+	c, err := cluster.Start(ctx, cluster.Config{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+	if err := c.InstallCRDs(ctx, filepath.Join(chartDir(t), "crds")); err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(c.RESTConfig())
+	installTenantRoles(t, ctx, admin)
+	return c, admin
 }
