@@ -20,6 +20,16 @@ const (
 	// kubelet resolves it when the container starts, after binding.
 	AnnotationGPUIDs = GroupName + "/gpu-ids"
 
+	// AnnotationMIGDevices is set by the scheduler only, on a pod of a MIG claim: its MIG
+	// devices, "<gpu id>:<slot>" each, comma-separated ("3:0,3:4"; FormatMIGDevices). The
+	// pod's AnnotationAllocated and AnnotationGPUIDs then name the GPUs those devices are on.
+	AnnotationMIGDevices = GroupName + "/mig-devices"
+	// AnnotationShare is set by the scheduler only, on a pod of a Shared claim that states a
+	// share: the share resolved against the chosen GPUs, "memoryMiB=<n>,computePercent=<n>"
+	// (either part absent when not stated; FormatShare). The node side tells the container
+	// its limits from it.
+	AnnotationShare = GroupName + "/share"
+
 	// AnnotationClaimTemplate is set by the user on a pod or a controller's pod template: the name
 	// of a GpuClaimTemplate (same namespace). A GpuClaim is made from it for every such pod, named
 	// by ClaimNameForPod and owned by the pod.
@@ -45,6 +55,15 @@ const (
 	LabelPodUID       = LabelPrefix + "pod-uid"
 	// LabelLeaseShared marks a lease held by Shared pods (holderIdentity lists no single owner).
 	LabelLeaseShared = LabelPrefix + "shared"
+	// LabelLeaseMIGSlot is set on the lease of a MIG device (MIGLeaseName), beside
+	// LabelLeaseGPU naming its GPU: the device's slot. A reader that knows nothing of MIG sees
+	// the GPU held, which it is: a GPU in MIG mode is never allocated whole.
+	LabelLeaseMIGSlot = LabelPrefix + "mig-slot"
+	// AnnotationLeaseShares is set on a Shared GPU's lease: each holder's share,
+	// "<pod uid>=<memory MiB>/<compute percent>" comma-separated (FormatLeaseShares), so that
+	// every scheduler joining the GPU sums the same shares before it adds its own; a holder
+	// that stated no share is listed with 0/0.
+	AnnotationLeaseShares = GroupName + "/shares"
 	// LabelSchedulerName is set by the agent on the GpuNodeStatus it publishes: the scheduler
 	// name (--scheduler-name) of the release whose agent runs on the node. A scheduler places
 	// pods only on nodes whose status names it (or names none: an agent older than the label),
@@ -272,4 +291,6 @@ var PodAnnotations = []string{
 	AnnotationNodeStrategy,
 	AnnotationAllocated,
 	AnnotationGPUIDs,
+	AnnotationMIGDevices,
+	AnnotationShare,
 }

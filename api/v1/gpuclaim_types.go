@@ -26,8 +26,9 @@ const (
 	Exclusive Exclusivity = "Exclusive"
 	// Shared lets several Shared pods use a GPU (no isolation); never one that an Exclusive pod holds.
 	Shared Exclusivity = "Shared"
-	// MIG is Multi-Instance GPU; part of the API contract but not implemented: such claims fail
-	// with a message that says so.
+	// MIG asks for MIG devices (Multi-Instance GPU) of one profile (devices.migProfile): each is
+	// a hardware partition of a GPU in MIG mode, with its own memory and compute, held by one
+	// pod. Whole-GPU claims never take a GPU in MIG mode, and MIG claims take nothing else.
 	MIG Exclusivity = "MIG"
 )
 
@@ -145,6 +146,9 @@ type GangTopology struct {
 }
 
 // DeviceRequest describes the GPUs of a claim.
+// +kubebuilder:validation:XValidation:rule="(has(self.exclusivity) && self.exclusivity == 'MIG') == (has(self.migProfile) && size(self.migProfile) > 0)",message="migProfile is set exactly when exclusivity is MIG: name the MIG profile (for example 1g.10gb) with exclusivity: MIG"
+// +kubebuilder:validation:XValidation:rule="!has(self.share) || (has(self.exclusivity) && self.exclusivity == 'Shared')",message="share is only used with exclusivity: Shared"
+// +kubebuilder:validation:XValidation:rule="!(has(self.exclusivity) && self.exclusivity == 'MIG') || !has(self.policy) || self.policy != 'preferIds'",message="policy preferIds names whole GPUs; a MIG claim cannot use it"
 // +kubebuilder:validation:XValidation:rule="self.policy != 'preferIds' || (has(self.preferIds) && size(self.preferIds) > 0)",message="preferIds must list at least one GPU ID when policy is preferIds"
 // +kubebuilder:validation:XValidation:rule="!has(self.preferIds) || size(self.preferIds) == 0 || self.policy == 'preferIds'",message="preferIds is only used with policy: preferIds; set policy: preferIds or remove preferIds"
 type DeviceRequest struct {
@@ -169,6 +173,44 @@ type DeviceRequest struct {
 	// +kubebuilder:default=Exclusive
 	// +optional
 	Exclusivity Exclusivity `json:"exclusivity,omitempty"`
+	// MigProfile is the MIG profile of each of the count MIG devices, as NVIDIA names it
+	// ("<compute slices>g.<memory>gb", for example 1g.10gb or 3g.40gb on an H100 80GB). Set
+	// exactly when exclusivity is MIG. The devices are taken from the layout the node's
+	// operator made (docs/sharing.md); on one node, possibly on several of its GPUs.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[1-8]g\.[0-9]+gb(\+[a-z]+)?$`
+	// +optional
+	MigProfile string `json:"migProfile,omitempty"`
+	// Share is how much of each GPU a Shared claim uses: the scheduler never lets the shares of
+	// a GPU's holders add up to more than its memory or 100 % of its compute. Absent: the claim
+	// reserves no memory or compute and only counts as one of the GPU's sharers (bounded by the
+	// scheduler's maxSharersPerGPU). Only with exclusivity Shared.
+	// +optional
+	Share *GPUShare `json:"share,omitempty"`
+}
+
+// GPUShare is a Shared claim's part of each of its GPUs. The container is told its limits
+// (CUDA MPS's pinned memory limit and active thread percentage); docs/sharing.md says what is
+// enforced and what is only accounted.
+// +kubebuilder:validation:XValidation:rule="!(has(self.memoryMiB) && has(self.memoryPercent))",message="state the memory share once: memoryMiB or memoryPercent, not both"
+// +kubebuilder:validation:XValidation:rule="has(self.memoryMiB) || has(self.memoryPercent) || has(self.computePercent)",message="share states memoryMiB, memoryPercent or computePercent"
+type GPUShare struct {
+	// MemoryMiB is the GPU memory the claim uses on each GPU, in MiB.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048576
+	// +optional
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// MemoryPercent is the GPU memory the claim uses on each GPU, as a percentage of the GPU's
+	// memory (resolved to MiB against the chosen GPU).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MemoryPercent int32 `json:"memoryPercent,omitempty"`
+	// ComputePercent is the share of each GPU's streaming multiprocessors the claim uses.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	ComputePercent int32 `json:"computePercent,omitempty"`
 }
 
 // NodeSelector targets nodes by label.
@@ -205,6 +247,12 @@ type GpuClaimStatus struct {
 	// Allocated is "node:id,id", the same value as the pod's gpu.scheduling/allocated annotation.
 	// +optional
 	Allocated string `json:"allocated,omitempty"`
+	// MigDevices are the MIG devices allocated to a MIG claim, "<gpu id>:<slot>" each, the same
+	// value as the pod's gpu.scheduling/mig-devices annotation. GpuIDs then lists the GPU of
+	// each.
+	// +listType=atomic
+	// +optional
+	MigDevices []string `json:"migDevices,omitempty"`
 	// Message says what happened, or what is wrong, in words.
 	// +optional
 	Message string `json:"message,omitempty"`

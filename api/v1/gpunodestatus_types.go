@@ -191,6 +191,92 @@ type Device struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	RecoveryCount int32 `json:"recoveryCount,omitempty"`
+	// MIG is the GPU's MIG mode and the MIG devices made on it; absent on GPUs that do not
+	// support MIG. A GPU in MIG mode is never allocated whole: only its MIG devices are.
+	// +optional
+	MIG *DeviceMIG `json:"mig,omitempty"`
+	// Shares is what the Shared pods holding the GPU use of it, as their leases record; absent
+	// while no Shared pod holds it.
+	// +optional
+	Shares *DeviceShares `json:"shares,omitempty"`
+}
+
+// DeviceMIG is a GPU's Multi-Instance GPU state, as NVML reports it.
+type DeviceMIG struct {
+	// Enabled is whether the GPU is in MIG mode (the current mode, not a pending one).
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// Slices is the number of memory slices the GPU divides into (8 on A100 and H100): the
+	// slots MIG devices start at and span.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	Slices int32 `json:"slices,omitempty"`
+	// Devices are the MIG devices (a GPU instance with one compute instance spanning it) that
+	// exist on the GPU, at most 8 (MaxMIGDevicesPerGPU).
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=slot
+	// +optional
+	Devices []MigDevice `json:"devices,omitempty"`
+}
+
+// MaxMIGDevicesPerGPU bounds the MIG devices of one GPU (7 on A100 and H100) and so a
+// DeviceMIG's devices.
+const MaxMIGDevicesPerGPU = 8
+
+// MaxMIGSlot is the largest MIG slot (placement start) the project accepts.
+const MaxMIGSlot = 15
+
+// MigDevice is one MIG device: a GPU instance at a placement, with its compute instance.
+type MigDevice struct {
+	// Slot is the GPU instance's placement start: the first memory slice it spans. It names
+	// the device on its GPU (the lease gpu-{node}-{id}-mig{slot}).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=15
+	Slot int32 `json:"slot"`
+	// Size is how many memory slices the device spans.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	Size int32 `json:"size,omitempty"`
+	// Profile is the device's profile, such as 1g.10gb.
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	Profile string `json:"profile,omitempty"`
+	// UUID is the MIG device's UUID (MIG-...), what NVIDIA_VISIBLE_DEVICES names.
+	// +optional
+	UUID string `json:"uuid,omitempty"`
+	// MemoryMiB is the device's memory.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// Health is Healthy, Unhealthy or Unknown; a device of an unhealthy GPU is unhealthy too.
+	// +optional
+	Health Health `json:"health,omitempty"`
+	// Reason says why the device is not Healthy.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// InUseBy lists the UIDs of the pods holding this device (at most one).
+	// +listType=atomic
+	// +optional
+	InUseBy []string `json:"inUseBy,omitempty"`
+}
+
+// DeviceShares sums the shares of a GPU's Shared holders.
+type DeviceShares struct {
+	// Sharers is how many pods share the GPU.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Sharers int32 `json:"sharers,omitempty"`
+	// MemoryMiB is the memory their shares reserve, of the GPU's MemoryMiB.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// ComputePercent is the compute their shares reserve, of 100.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ComputePercent int32 `json:"computePercent,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -54,6 +54,16 @@ func TestCRDRejectsBadClaims(t *testing.T) {
 		{"gang", `{devices: {count: 8}, gangRef: train-1, gangSize: 4}`, ""},
 		{"gangSize without gangRef", `{devices: {count: 8}, gangSize: 4}`, "gangSize needs gangRef: name the gang the claim belongs to"},
 		{"gangSize 0", `{devices: {count: 8}, gangRef: train-1, gangSize: 0}`, "spec.gangSize: Invalid value: 0: spec.gangSize in body should be greater than or equal to 1"},
+		{"MIG", `devices: {count: 2, exclusivity: MIG, migProfile: 1g.10gb}`, ""},
+		{"MIG without a profile", `devices: {count: 1, exclusivity: MIG}`, "migProfile is set exactly when exclusivity is MIG"},
+		{"a profile without MIG", `devices: {count: 1, migProfile: 1g.10gb}`, "migProfile is set exactly when exclusivity is MIG"},
+		{"a profile misspelt", `devices: {count: 1, exclusivity: MIG, migProfile: 1g10gb}`, "spec.devices.migProfile: Invalid value"},
+		{"MIG with preferIds", `devices: {count: 1, exclusivity: MIG, migProfile: 1g.10gb, policy: preferIds, preferIds: [1]}`, "policy preferIds names whole GPUs; a MIG claim cannot use it"},
+		{"shared with a share", `devices: {count: 1, exclusivity: Shared, share: {memoryPercent: 25, computePercent: 25}}`, ""},
+		{"a share, not shared", `devices: {count: 1, share: {memoryMiB: 1024}}`, "share is only used with exclusivity: Shared"},
+		{"memory stated twice", `devices: {count: 1, exclusivity: Shared, share: {memoryMiB: 1024, memoryPercent: 10}}`, "state the memory share once"},
+		{"an empty share", `devices: {count: 1, exclusivity: Shared, share: {}}`, "share states memoryMiB, memoryPercent or computePercent"},
+		{"compute above 100", `devices: {count: 1, exclusivity: Shared, share: {computePercent: 101}}`, "spec.devices.share.computePercent: Invalid value: 101"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
