@@ -8,7 +8,7 @@ import (
 // NodeStrategy says how the scheduler ranks the nodes that can take a pod's GPUs. The plugin's
 // nodeStrategy arg is the default; a pod's gpu.scheduling/node-strategy annotation (which the
 // GpuWorkload controller writes from spec.nodeStrategy) overrides it for that pod.
-// +kubebuilder:validation:Enum=binpack;spread;least-utilized;round-robin;random;cost-aware
+// +kubebuilder:validation:Enum=binpack;spread;least-utilized;round-robin;random;cost-aware;fragmentation
 type NodeStrategy string
 
 const (
@@ -26,10 +26,14 @@ const (
 	// StrategyCostAware prefers nodes with the lowest gpu.scheduling/cost label; a node
 	// without the label (or with a value that is not a number) ranks last.
 	StrategyCostAware NodeStrategy = "cost-aware"
+	// StrategyFragmentation prefers the placement that fragments the cluster least for the
+	// demand seen so far (Fragmentation Gradient Descent, Weng et al., USENIX ATC '23): the
+	// node whose expected unusable GPU capacity grows least.
+	StrategyFragmentation NodeStrategy = "fragmentation"
 )
 
 // NodeStrategies lists every strategy, in the order messages name them.
-var NodeStrategies = []NodeStrategy{StrategyBinpack, StrategySpread, StrategyLeastUtilized, StrategyRoundRobin, StrategyRandom, StrategyCostAware}
+var NodeStrategies = []NodeStrategy{StrategyBinpack, StrategySpread, StrategyLeastUtilized, StrategyRoundRobin, StrategyRandom, StrategyCostAware, StrategyFragmentation}
 
 // WorkloadPhase is where a GpuWorkload is in its life.
 // +kubebuilder:validation:Enum=Pending;Scheduled;Running;Succeeded;Failed
