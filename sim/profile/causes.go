@@ -26,12 +26,19 @@ const Other = "other"
 // only their CPU total.
 var Rules = map[string][]Rule{
 	"kube-apiserver": {
-		rule("admission webhooks (HTTPS call, match conditions)", `k8s\.io/apiserver/pkg/admission/plugin/webhook/`),
+		// A webhook's match conditions are CEL over the request: each evaluation converts the
+		// object, the old object and the request to unstructured, so on a pod write they can
+		// cost as much as the webhook's HTTPS call. Told apart from the call for that reason.
+		rule("admission webhooks: match conditions (CEL)", `k8s\.io/apiserver/pkg/admission/plugin/webhook/matchconditions`),
+		rule("admission webhooks (HTTPS call)", `k8s\.io/apiserver/pkg/admission/plugin/webhook/`),
 		rule("admission policies (CEL)", `k8s\.io/apiserver/pkg/admission/plugin/policy/|k8s\.io/apiserver/pkg/admission/plugin/cel`),
 		rule("watches (fan-out to watchers)", `storage/cacher\.\(\*cacheWatcher\)|storage/cacher\.\(\*Cacher\)\.dispatch|handlers\.\(\*WatchServer\)|handlers/watch|serveWatch`),
 		rule("watch cache (ingesting etcd events)", `storage/cacher\.\(\*watchCache\)|storage/cacher\.\(\*Cacher\)\.processEvent|storage/etcd3\.\(\*watchChan\)|storage/cacher\.\(\*Cacher\)\.startCaching`),
 		rule("pod bindings (pods/binding)", `registry/core/pod/storage\.\(\*BindingREST\)`),
 		rule("gets and lists", `apiserver/pkg/endpoints/handlers\.(GetResource|ListResource|getResourceHandler)`),
+		// The CRDs' x-kubernetes-validations run on every write of the object, status writes
+		// included.
+		rule("custom-resource writes: CEL validation rules", `apiextensions-apiserver/pkg/apiserver/schema/cel`),
 		rule("custom-resource writes (GpuClaim, GpuNodeStatus)", `apiextensions-apiserver/pkg/apiserver\.\(\*crdHandler\)|apiextensions-apiserver/pkg/registry/customresource`),
 		rule("pod status updates (kwok, scheduler conditions)", `registry/core/pod/storage\.\(\*StatusREST\)`),
 		rule("creates (Leases, Events, Pods)", `apiserver/pkg/endpoints/handlers\.(CreateResource|CreateNamedResource|createHandler)`),

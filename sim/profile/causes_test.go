@@ -72,10 +72,10 @@ func TestBreakdownsSplitsMeasuredCPUByFirstMatchingRule(t *testing.T) {
 		t.Errorf("profiled %v s, %v ms per pod; want 0.1 s and 20 ms", b.ProfiledSeconds, b.MsPerPod)
 	}
 	want := map[string]float64{ // ms per pod: the measured 20 s split 30/50/10/10
-		"admission webhooks (HTTPS call, match conditions)": 6,
-		"creates (Leases, Events, Pods)":                    10,
-		"pod bindings (pods/binding)":                       2,
-		Other:                                               2,
+		"admission webhooks (HTTPS call)": 6,
+		"creates (Leases, Events, Pods)":  10,
+		"pod bindings (pods/binding)":     2,
+		Other:                             2,
 	}
 	if len(b.Shares) != len(want) {
 		t.Fatalf("shares %+v, want causes %v", b.Shares, want)
@@ -110,6 +110,43 @@ func TestSchedulerRulesTellPluginPointsApart(t *testing.T) {
 			if math.Abs(by[c]/total-w) > 1e-9 {
 				t.Errorf("%s: %q is %v of the CPU, want %v", proc, c, by[c]/total, w)
 			}
+		}
+	}
+}
+
+// The webhook's match conditions and the CRDs' CEL rules are causes of their own: on steady-fill
+// the match conditions cost the API server as much CPU as the webhook's HTTPS call, and the
+// rules run on every GpuClaim status write.
+func TestAPIServerRulesTellMatchConditionsAndCRDRulesApart(t *testing.T) {
+	const (
+		dispatch = "k8s.io/apiserver/pkg/admission/plugin/webhook/validating.(*validatingDispatcher).Dispatch"
+		match    = "k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions.(*matcher).Match"
+		cel      = "k8s.io/apiserver/pkg/admission/plugin/cel.(*condition).ForInput"
+		status   = "k8s.io/apiextensions-apiserver/pkg/registry/customresource.(*StatusREST).Update"
+		crdRule  = "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel.(*Validator).Validate"
+	)
+	path := writeProfile(t, [][]string{
+		{"k8s.io/apimachinery/pkg/runtime.structToUnstructured", cel, match, dispatch}, // a match condition
+		{"net/http.(*Client).Do", dispatch},                                            // the call
+		{crdRule, status},                                                              // a GpuClaim's rules
+		{"k8s.io/apiserver/pkg/storage/etcd3.(*store).GuaranteedUpdate", status},       // the rest of its write
+	}, []int64{20e6, 30e6, 10e6, 40e6})
+	by, total, err := Split([]string{path}, Rules["kube-apiserver"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"admission webhooks: match conditions (CEL)":       0.2,
+		"admission webhooks (HTTPS call)":                  0.3,
+		"custom-resource writes: CEL validation rules":     0.1,
+		"custom-resource writes (GpuClaim, GpuNodeStatus)": 0.4,
+	}
+	if len(by) != len(want) {
+		t.Errorf("causes %v, want %v", by, want)
+	}
+	for c, w := range want {
+		if math.Abs(by[c]/total-w) > 1e-9 {
+			t.Errorf("%q is %v of the CPU, want %v", c, by[c]/total, w)
 		}
 	}
 }
