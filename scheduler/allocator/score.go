@@ -129,7 +129,7 @@ const (
 )
 
 // Strategies lists every strategy, in the order messages name them.
-var Strategies = []Strategy{Binpack, SpreadNodes, LeastUtilized, RoundRobin, Random, CostAware}
+var Strategies = []Strategy{Binpack, SpreadNodes, LeastUtilized, RoundRobin, Random, CostAware, Fragmentation}
 
 // ParseStrategy reads a strategy name.
 func ParseStrategy(s string) (Strategy, error) {
@@ -138,14 +138,14 @@ func ParseStrategy(s string) (Strategy, error) {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("unknown node strategy %q: want one of %q, %q, %q, %q, %q, %q", s, Binpack, SpreadNodes, LeastUtilized, RoundRobin, Random, CostAware)
+	return "", fmt.Errorf("unknown node strategy %q: want one of %q, %q, %q, %q, %q, %q, %q", s, Binpack, SpreadNodes, LeastUtilized, RoundRobin, Random, CostAware, Fragmentation)
 }
 
 // Ranked reports whether a strategy ranks nodes against each other (round-robin, random,
-// cost-aware): its scores come from one of the *Scores functions over all candidate nodes,
-// not from one node's GPUs.
+// cost-aware, fragmentation): its scores come from one of the *Scores functions over all
+// candidate nodes, not from one node's GPUs.
 func (s Strategy) Ranked() bool {
-	return s == RoundRobin || s == Random || s == CostAware
+	return s == RoundRobin || s == Random || s == CostAware || s == Fragmentation
 }
 
 // placementWeight is how much placement quality counts against the node strategy. Quality

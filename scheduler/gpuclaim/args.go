@@ -25,8 +25,8 @@ type Args struct {
 	// LeaseNamespace holds every GPU Lease; a lock split across namespaces is no lock.
 	// Default "gpu-scheduler".
 	LeaseNamespace *string `json:"leaseNamespace,omitempty"`
-	// NodeStrategy ranks nodes: binpack (default), spread, least-utilized, round-robin, random or
-	// cost-aware. A pod's gpu.scheduling/node-strategy annotation overrides it for that pod.
+	// NodeStrategy ranks nodes: binpack (default), spread, least-utilized, round-robin, random,
+	// cost-aware or fragmentation. A pod's gpu.scheduling/node-strategy annotation overrides it for that pod.
 	NodeStrategy *string `json:"nodeStrategy,omitempty"`
 	// StatusFreshnessSeconds is how old a GpuNodeStatus heartbeat may be before the node is
 	// no longer trusted. Default 600.

@@ -85,8 +85,11 @@ type Plugin struct {
 	strategy     allocator.Strategy
 	// roundRobin remembers where the last round-robin pod went (score.go).
 	roundRobin roundRobinCursor
-	freshness  time.Duration
-	clock      clock.Clock
+	// demand is the request shapes of the claims placed lately, for fragmentation (fragmentation.go).
+	demand demandHistogram
+
+	freshness time.Duration
+	clock     clock.Clock
 
 	client      kubernetes.Interface
 	gpuClient   versioned.Interface

@@ -37,6 +37,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if s.strategy == allocator.RoundRobin {
 		p.roundRobin.set(nodeName)
 	}
+	p.demand.observe(claimShape(s.claim, &s.req))
 	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "claim", s.key, "node", nodeName, "gpus", res.IDs, "score", res.Score, "note", res.Note)
 	return nil
 }

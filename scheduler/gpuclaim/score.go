@@ -93,6 +93,8 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 			}
 		}
 		s.ranks = allocator.CostScores(names, func(n string) (float64, bool) { c, ok := costs[n]; return c, ok })
+	case allocator.Fragmentation:
+		s.ranks = p.fragmentationScores(s, names) // fragmentation.go
 	}
 	return nil
 }
