@@ -527,12 +527,13 @@ func (a *Agent) probeAll(ctx context.Context) {
 // desired is the status the node should have now.
 func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
 	var devices []apiv1.Device
-	holders := leases.Holders(a.cfg.Leases, a.cfg.NodeName)
+	usage := leases.Read(a.cfg.Leases, a.cfg.NodeName)
 	if a.inventory != nil {
 		for _, d := range a.inventory {
 			dev := apiv1.Device{
 				ID: int32(d.Index), UUID: d.UUID, Product: d.Product, MemoryMiB: d.MemoryMiB,
 				PCIBusID: d.PCIBusID, Island: d.Island, BandwidthGBps: d.BandwidthGBps,
+				MIG: status.MIG(d.MIG),
 			}
 			st := a.health.State(d.Index)
 			dev.Health, dev.Reason = st.Health, st.Reason
@@ -546,7 +547,7 @@ func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
 			devices = append(devices, apiv1.Device{
 				ID: d.ID, UUID: d.UUID, Product: d.Product, MemoryMiB: d.MemoryMiB,
 				PCIBusID: d.PCIBusID, Island: d.Island, BandwidthGBps: d.BandwidthGBps,
-				Health: d.Health, Reason: d.Reason,
+				Health: d.Health, Reason: d.Reason, MIG: d.MIG.DeepCopy(),
 			})
 		}
 	}
@@ -560,7 +561,11 @@ func (a *Agent) desired() apiv1.GpuNodeStatusStatus {
 		if d.Health != apiv1.Healthy {
 			d.BandwidthGBps = 0 // as the API contract shows: a broken GPU carries nothing
 		}
-		d.InUseBy = holders[int(d.ID)]
+		d.InUseBy = usage.GPUs[int(d.ID)]
+		if sh, ok := usage.Shares[int(d.ID)]; ok {
+			d.Shares = &sh
+		}
+		status.MIGUsage(d, usage.MIG)
 	}
 	// After fencing: the published health is what transitions are about. A transition comes
 	// with a health change, which is written anyway, so this costs no writes.

@@ -48,6 +48,30 @@ type Device interface {
 	// Fabric reads the GPU's place in a multi-node NVLink domain (GB200 NVL72 and alike). A
 	// GPU outside any such domain answers a Fabric whose State is FabricNotSupported.
 	Fabric() (Fabric, error)
+	// MIG reads the GPU's MIG mode and the MIG devices the operator made on it (the agent
+	// never makes or destroys them). It answers nil for a GPU or driver without MIG.
+	MIG() (*MIG, error)
+}
+
+// MIG is a GPU's Multi-Instance GPU state.
+type MIG struct {
+	// Enabled is the current MIG mode (not a pending one, which needs a GPU reset).
+	Enabled bool
+	// Slices is how many memory slices the GPU divides into: the placement slots.
+	Slices int
+	// Devices are the MIG devices (GPU instance and compute instance) in slot order.
+	Devices []MIGDevice
+}
+
+// MIGDevice is one MIG device: a GPU instance at a placement, with its compute instance.
+type MIGDevice struct {
+	// Slot is the GPU instance's placement start, Size how many memory slices it spans.
+	Slot, Size int
+	// Profile is the GPU instance profile's name, such as 1g.10gb.
+	Profile string
+	// UUID is the MIG device's UUID (MIG-...).
+	UUID      string
+	MemoryMiB int64
 }
 
 // FabricState is how far a GPU's registration with its NVLink fabric has come; the values

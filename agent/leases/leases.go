@@ -5,11 +5,13 @@ package leases
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -66,14 +68,33 @@ func NodeOf(obj any) string {
 	return ""
 }
 
+// Usage is what a node's GPU leases say of its GPUs.
+type Usage struct {
+	// GPUs maps each GPU ID to the sorted UIDs of the pods holding it whole or shared.
+	GPUs map[int][]string
+	// MIG maps each MIG device to the sorted UIDs of the pods holding it (its lease,
+	// apiv1.MIGLeaseName).
+	MIG map[apiv1.MIGDeviceRef][]string
+	// Shares sums the shares of each Shared GPU's holders (apiv1.AnnotationLeaseShares); a
+	// holder the annotation does not list counts as a sharer with no share.
+	Shares map[int]apiv1.DeviceShares
+}
+
 // Holders maps each GPU ID of node to the sorted pod UIDs holding it. Malformed leases are
 // skipped (claims.ParseGPULease): a malformed lease must not make the agent fail.
 func Holders(indexer cache.Indexer, node string) map[int][]string {
+	return Read(indexer, node).GPUs
+}
+
+// Read reads node's GPU and MIG device leases. Malformed leases are skipped, and a Shared
+// lease's unreadable share entries count as no share: nothing a lease says may make the
+// agent fail.
+func Read(indexer cache.Indexer, node string) Usage {
+	var u Usage
 	objs, err := indexer.ByIndex(ByNode, node)
 	if err != nil || len(objs) == 0 {
-		return nil
+		return u
 	}
-	out := map[int][]string{}
 	for _, obj := range objs {
 		l, ok := obj.(*coordinationv1.Lease)
 		if !ok {
@@ -83,16 +104,63 @@ func Holders(indexer cache.Indexer, node string) map[int][]string {
 		if !ok {
 			continue
 		}
+		if s, isMIG := l.Labels[apiv1.LabelLeaseMIGSlot]; isMIG {
+			// A MIG device's lease also names its GPU (LabelLeaseGPU); it holds the device,
+			// not the GPU whole.
+			slot, err := strconv.Atoi(s)
+			if err != nil || s != strconv.Itoa(slot) || slot < 0 || slot > apiv1.MaxMIGSlot {
+				continue
+			}
+			if u.MIG == nil {
+				u.MIG = map[apiv1.MIGDeviceRef][]string{}
+			}
+			r := apiv1.MIGDeviceRef{GPU: ref.GPU, Slot: slot}
+			for _, uid := range ref.Holders {
+				u.MIG[r] = append(u.MIG[r], string(uid))
+			}
+			continue
+		}
+		if u.GPUs == nil {
+			u.GPUs = map[int][]string{}
+		}
 		for _, uid := range ref.Holders {
-			out[ref.GPU] = append(out[ref.GPU], string(uid))
+			u.GPUs[ref.GPU] = append(u.GPUs[ref.GPU], string(uid))
+		}
+		if ref.Shared && len(ref.Holders) > 0 {
+			shares, _ := apiv1.ParseLeaseShares(l.Annotations[apiv1.AnnotationLeaseShares])
+			if u.Shares == nil {
+				u.Shares = map[int]apiv1.DeviceShares{}
+			}
+			sum := u.Shares[ref.GPU]
+			seen := map[types.UID]bool{}
+			for _, uid := range ref.Holders {
+				if seen[uid] {
+					continue
+				}
+				seen[uid] = true
+				s := shares[string(uid)]
+				sum.Sharers++
+				sum.MemoryMiB += s.MemoryMiB
+				sum.ComputePercent += s.ComputePercent
+			}
+			u.Shares[ref.GPU] = sum
 		}
 	}
-	for id, uids := range out {
+	u.GPUs = sortedUnique(u.GPUs)
+	u.MIG = sortedUnique(u.MIG)
+	return u
+}
+
+func sortedUnique[K comparable](m map[K][]string) map[K][]string {
+	for k, uids := range m {
 		slices.Sort(uids)
-		out[id] = slices.Compact(uids)
-		if len(out[id]) == 0 {
-			delete(out, id)
+		m[k] = slices.Compact(uids)
+		if len(m[k]) == 0 {
+			delete(m, k)
 		}
 	}
-	return out
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }

@@ -51,6 +51,10 @@ type HardwareSpec struct {
 	MultiNode *MultiNodeSpec `json:"multiNode,omitempty"`
 	// RemapFailures are GPUs that start with a failed row remapping, so Unhealthy.
 	RemapFailures []int `json:"remapFailures,omitempty"`
+	// MIG puts GPUs in MIG mode with a layout of MIG devices, checked against the model's
+	// MIG placement table (MIGTableFor). GPUs of a model with a table and not listed support
+	// MIG with the mode off.
+	MIG *MIGSpec `json:"mig,omitempty"`
 }
 
 // GPUSpec is what every GPU of the node is.
@@ -378,6 +382,7 @@ func (h *Hardware) Validate() []HardwareError {
 	for i, id := range s.RemapFailures {
 		gpu(fmt.Sprintf("spec.remapFailures[%d]", i), id)
 	}
+	validateMIG(s, add)
 	return errs
 }
 
@@ -503,6 +508,8 @@ func Build(h *Hardware, opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	// After the options: the MIG devices' UUIDs depend on the seed.
+	buildMIG(s, sp, h.Metadata.Name)
 	return s, nil
 }
 

@@ -123,3 +123,49 @@ func BenchmarkNewDGX(b *testing.B) {
 		}
 	}
 }
+
+// TestMIGLayoutValidation: a MIG layout that breaks the model's placement table is refused
+// with the GPU and device named.
+func TestMIGLayoutValidation(t *testing.T) {
+	base, ok := Lookup("dgx-h100-mig")
+	if !ok {
+		t.Fatal("preset dgx-h100-mig is not registered")
+	}
+	if errs := base.Validate(); len(errs) > 0 {
+		t.Fatalf("preset dgx-h100-mig: %v", errs)
+	}
+	for _, tc := range []struct {
+		name    string
+		mig     MIGSpec
+		model   string
+		wantErr string
+	}{
+		{name: "start not in the table", mig: MIGSpec{GPUs: []MIGGPU{{GPU: 1, Devices: []MIGPlacement{{Profile: "3g.40gb", Slot: 2}}}}},
+			wantErr: "spec.mig.gpus[0].devices[0].slot: GPU 1: MIG device 3g.40gb cannot start at slot 2; it starts at [0 4]"},
+		{name: "overlap", mig: MIGSpec{GPUs: []MIGGPU{{GPU: 0, Devices: []MIGPlacement{{Profile: "4g.40gb", Slot: 0}, {Profile: "1g.10gb", Slot: 3}}}}},
+			wantErr: "spec.mig.gpus[0].devices[1]: GPU 0: MIG device 1g.10gb at slot 3 overlaps devices[0] at memory slice 3"},
+		{name: "unknown profile", mig: MIGSpec{GPUs: []MIGGPU{{GPU: 0, Devices: []MIGPlacement{{Profile: "1g.5gb", Slot: 0}}}}},
+			wantErr: `spec.mig.gpus[0].devices[0].profile: GPU 0 (NVIDIA H100 80GB HBM3): no MIG profile "1g.5gb"`},
+		{name: "no table", model: "NVIDIA L40S", mig: MIGSpec{GPUs: []MIGGPU{{GPU: 0}}},
+			wantErr: `GPU model "NVIDIA L40S" has no MIG profile table`},
+		{name: "GPU off the node", mig: MIGSpec{GPUs: []MIGGPU{{GPU: 8}}}, wantErr: "spec.mig.gpus[0].gpu: GPU 8 is not on the node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := *base
+			h.Spec.MIG = &tc.mig
+			if tc.model != "" {
+				h.Spec.GPUs.Model = tc.model
+			}
+			var msgs []string
+			for _, e := range h.Validate() {
+				msgs = append(msgs, e.Path+": "+e.Msg)
+			}
+			if got := strings.Join(msgs, "; "); !strings.Contains(got, tc.wantErr) {
+				t.Errorf("Validate() = %q, want it to contain %q", got, tc.wantErr)
+			}
+			if _, err := Build(&h); err == nil {
+				t.Error("Build accepted the layout")
+			}
+		})
+	}
+}

@@ -75,6 +75,8 @@ type Device struct {
 	doubleBit uint64
 	// fabric, when set, is what GetGpuFabricInfo answers (SetFabric).
 	fabric *FabricAnswer
+	// mig is the GPU's MIG mode and devices; nil for a model without MIG.
+	mig *migState
 }
 
 var _ nvml.Device = &Device{}

@@ -318,3 +318,90 @@ func TestFabric(t *testing.T) {
 		t.Errorf("driver without the query: %+v, %v; want NotSupported and no call", f, err)
 	}
 }
+
+// TestMIGDiscovery: the adapter reads the MIG layout of the mock's dgx-h100-mig preset (mode,
+// slices, each device's slot, size, profile name, UUID and memory) and answers nil for GPUs
+// of a model without MIG.
+func TestMIGDiscovery(t *testing.T) {
+	srv, err := mock.New("dgx-h100-mig", mock.WithSeed("node-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := nvmlgpu.New(srv, nvmlgpu.Options{})
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := lib.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]*gpu.MIG{}
+	for _, d := range devs {
+		m, err := d.MIG()
+		if err != nil {
+			t.Fatalf("GPU %d: %v", d.Index(), err)
+		}
+		got[d.Index()] = m
+	}
+	if m := got[1]; m == nil || !m.Enabled || m.Slices != 8 || len(m.Devices) != 2 ||
+		m.Devices[0].Slot != 0 || m.Devices[0].Size != 4 || m.Devices[0].Profile != "3g.40gb" ||
+		m.Devices[1].Slot != 4 || m.Devices[1].MemoryMiB != 40192 || !strings.HasPrefix(m.Devices[1].UUID, "MIG-") {
+		t.Errorf("GPU 1 MIG = %+v, want enabled, 8 slices, 3g.40gb at slots 0 and 4", m)
+	}
+	var profiles []string
+	for _, d := range got[2].Devices {
+		profiles = append(profiles, fmt.Sprintf("%s@%d/%d", d.Profile, d.Slot, d.Size))
+	}
+	if want := "2g.20gb@0/2 1g.20gb@2/2 1g.10gb@4/1 1g.10gb@5/1"; strings.Join(profiles, " ") != want {
+		t.Errorf("GPU 2 MIG devices = %v, want %s", profiles, want)
+	}
+	if m := got[0]; m == nil || len(m.Devices) != 7 {
+		t.Errorf("GPU 0 MIG = %+v, want seven 1g.10gb", m)
+	}
+	if m := got[3]; m == nil || !m.Enabled || len(m.Devices) != 0 {
+		t.Errorf("GPU 3 MIG = %+v, want enabled without devices", m)
+	}
+	if m := got[4]; m == nil || m.Enabled || m.Slices != 8 {
+		t.Errorf("GPU 4 MIG = %+v, want MIG-capable, mode off", m)
+	}
+
+	plain, err := mock.New(mock.PCIeOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib = nvmlgpu.New(plain, nvmlgpu.Options{})
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	devs, err = lib.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := devs[0].MIG(); m != nil || err != nil {
+		t.Errorf("L40S MIG() = %+v, %v; want nil, nil (NOT_SUPPORTED is no MIG)", m, err)
+	}
+}
+
+// TestProfileName: the names NVIDIA's tools give the profiles of A100 40GB, H100 80GB and H200.
+func TestProfileName(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		profile  int
+		slices   uint32
+		mem, gpu uint64
+		want     string
+	}{
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 4864, 40960 * mib, "1g.5gb"},
+		{nvml.GPU_INSTANCE_PROFILE_7_SLICE, 7, 40192, 40960 * mib, "7g.40gb"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 9856, 81559 * mib, "1g.10gb"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 1, 9856, 81559 * mib, "1g.10gb+me"},
+		{nvml.GPU_INSTANCE_PROFILE_3_SLICE, 3, 40192, 81559 * mib, "3g.40gb"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 16896, 143771 * mib, "1g.18gb"},
+		{nvml.GPU_INSTANCE_PROFILE_3_SLICE, 3, 71424, 143771 * mib, "3g.71gb"},
+		{nvml.GPU_INSTANCE_PROFILE_7_SLICE, 7, 143360, 143771 * mib, "7g.141gb"},
+	} {
+		if got := nvmlgpu.ProfileName(tc.profile, tc.slices, tc.mem, tc.gpu); got != tc.want {
+			t.Errorf("ProfileName(%d, %d, %d MiB of %d MiB) = %q, want %q", tc.profile, tc.slices, tc.mem, tc.gpu/mib, got, tc.want)
+		}
+	}
+}

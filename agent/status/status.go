@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/gpu-scheduler/gpu-scheduler/agent/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/spread"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
@@ -36,7 +37,8 @@ func Summarize(devices []apiv1.Device, message string) apiv1.GpuNodeStatusStatus
 	for _, d := range devices {
 		if d.Health == apiv1.Healthy {
 			st.Healthy++
-			if len(d.InUseBy) == 0 {
+			// A GPU in MIG mode is never allocated whole, so it is never a free GPU.
+			if len(d.InUseBy) == 0 && (d.MIG == nil || !d.MIG.Enabled) {
 				st.Free++
 			}
 		}
@@ -74,11 +76,70 @@ func devicesEqual(x, y []apiv1.Device, usage bool) bool {
 			a.Reason != b.Reason || !a.LastTransitionTime.Equal(b.LastTransitionTime) || a.RecoveryCount != b.RecoveryCount {
 			return false
 		}
-		if usage && !slices.Equal(a.InUseBy, b.InUseBy) {
+		if !migEqual(a.MIG, b.MIG, usage) {
+			return false
+		}
+		if usage && (!slices.Equal(a.InUseBy, b.InUseBy) || !sharesEqual(a.Shares, b.Shares)) {
 			return false
 		}
 	}
 	return true
+}
+
+func sharesEqual(a, b *apiv1.DeviceShares) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// migEqual compares two GPUs' MIG state; the devices' holders only when usage is set.
+func migEqual(a, b *apiv1.DeviceMIG, usage bool) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.Enabled != b.Enabled || a.Slices != b.Slices || len(a.Devices) != len(b.Devices) {
+		return false
+	}
+	for i := range a.Devices {
+		x, y := &a.Devices[i], &b.Devices[i]
+		if x.Slot != y.Slot || x.Size != y.Size || x.Profile != y.Profile || x.UUID != y.UUID ||
+			x.MemoryMiB != y.MemoryMiB || x.Health != y.Health || x.Reason != y.Reason {
+			return false
+		}
+		if usage && !slices.Equal(x.InUseBy, y.InUseBy) {
+			return false
+		}
+	}
+	return true
+}
+
+// MIG is the published form of a GPU's MIG state as discovered; nil for a GPU without MIG.
+// Health and holders are set by MIGUsage.
+func MIG(m *gpu.MIG) *apiv1.DeviceMIG {
+	if m == nil {
+		return nil
+	}
+	out := &apiv1.DeviceMIG{Enabled: m.Enabled, Slices: int32(m.Slices)}
+	for _, d := range m.Devices {
+		out.Devices = append(out.Devices, apiv1.MigDevice{
+			Slot: int32(d.Slot), Size: int32(d.Size), Profile: d.Profile, UUID: d.UUID, MemoryMiB: d.MemoryMiB,
+		})
+	}
+	return out
+}
+
+// MIGUsage sets the health of d's MIG devices from their GPU's (a MIG device of a GPU that is
+// not Healthy is not either, for the same reason) and their holders from their leases.
+func MIGUsage(d *apiv1.Device, holders map[apiv1.MIGDeviceRef][]string) {
+	if d.MIG == nil {
+		return
+	}
+	for i := range d.MIG.Devices {
+		m := &d.MIG.Devices[i]
+		m.Health, m.Reason = d.Health, d.Reason
+		m.InUseBy = holders[apiv1.MIGDeviceRef{GPU: int(d.ID), Slot: int(m.Slot)}]
+	}
 }
 
 // Significance of a telemetry change: below these a reading is "the same" and is not worth a

@@ -19,6 +19,7 @@ import (
 
 	gpufake "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 
+	"github.com/gpu-scheduler/gpu-scheduler/agent/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/status"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
@@ -166,6 +167,10 @@ func TestSameSeesEveryField(t *testing.T) {
 				return
 			}
 			n := reflect.New(v.Type().Elem())
+			if n.Elem().Kind() == reflect.Struct {
+				v.Set(n) // nil in base: an empty struct is a change (MIG, Shares)
+				return
+			}
 			n.Elem().SetInt(99)
 			v.Set(n)
 		case reflect.Slice:
@@ -174,7 +179,7 @@ func TestSameSeesEveryField(t *testing.T) {
 			t.Fatalf("field of kind %s: teach this test (and Same) about it", v.Kind())
 		}
 	}
-	usage := map[string]bool{"InUseBy": true, "Free": true}
+	usage := map[string]bool{"InUseBy": true, "Free": true, "Shares": true}
 	for _, f := range telemetryFields {
 		usage[f] = true
 	}
@@ -574,6 +579,50 @@ func TestFirstHeartbeatSpread(t *testing.T) {
 	for q, n := range quarters {
 		if n < 150 || n > 350 {
 			t.Errorf("%d of 1000 first heartbeats in quarter %d of the interval, want about 250 in each: %v", n, q+1, quarters)
+		}
+	}
+}
+
+// TestMIGAndShares: a GPU in MIG mode is never counted free; a MIG device's health follows its
+// GPU's and its holders its lease's; a change of MIG layout, MIG holders or shares is a
+// change to write.
+func TestMIGAndShares(t *testing.T) {
+	mk := func() []apiv1.Device {
+		return []apiv1.Device{
+			{ID: 0, Health: apiv1.Unhealthy, Reason: "Xid 79", MIG: status.MIG(&gpu.MIG{Enabled: true, Slices: 8, Devices: []gpu.MIGDevice{
+				{Slot: 0, Size: 4, Profile: "3g.40gb", UUID: "MIG-a", MemoryMiB: 40192},
+				{Slot: 4, Size: 4, Profile: "3g.40gb", UUID: "MIG-b", MemoryMiB: 40192},
+			}})},
+			{ID: 1, Health: apiv1.Healthy, MIG: status.MIG(&gpu.MIG{Enabled: true, Slices: 8})},
+			{ID: 2, Health: apiv1.Healthy, MIG: status.MIG(&gpu.MIG{Slices: 8})},
+			{ID: 3, Health: apiv1.Healthy},
+		}
+	}
+	devs := mk()
+	holders := map[apiv1.MIGDeviceRef][]string{{GPU: 0, Slot: 4}: {"uid-b"}}
+	for i := range devs {
+		status.MIGUsage(&devs[i], holders)
+	}
+	if d := devs[0].MIG.Devices[1]; d.Health != apiv1.Unhealthy || d.Reason != "Xid 79" || len(d.InUseBy) != 1 || d.InUseBy[0] != "uid-b" {
+		t.Errorf("MIG device 0:4 = %+v, want Unhealthy (Xid 79) held by uid-b", d)
+	}
+	st := status.Summarize(devs, "")
+	if st.Free != 2 || st.Healthy != 3 {
+		t.Errorf("Summarize: free %d healthy %d, want free 2 (GPUs 2 and 3; GPU 1 is in MIG mode), healthy 3", st.Free, st.Healthy)
+	}
+	for name, change := range map[string]func(d []apiv1.Device){
+		"MIG holder": func(d []apiv1.Device) { d[0].MIG.Devices[0].InUseBy = []string{"uid-a"} },
+		"MIG layout": func(d []apiv1.Device) { d[1].MIG.Devices = []apiv1.MigDevice{{Slot: 0, Size: 8, Profile: "7g.80gb"}} },
+		"MIG mode":   func(d []apiv1.Device) { d[2].MIG.Enabled = true },
+		"shares":     func(d []apiv1.Device) { d[3].Shares = &apiv1.DeviceShares{Sharers: 1, MemoryMiB: 20480} },
+	} {
+		b := mk()
+		for i := range b {
+			status.MIGUsage(&b[i], holders)
+		}
+		change(b)
+		if status.Same(st, status.Summarize(b, "")) {
+			t.Errorf("%s changed, but Same says the statuses are the same", name)
 		}
 	}
 }

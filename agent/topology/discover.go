@@ -18,6 +18,8 @@ type Device struct {
 	// stays on the node (the kubelet device plugin hands the node over); -1 when the GPU was
 	// lost during discovery.
 	Minor int
+	// MIG is the GPU's MIG mode and devices; nil on GPUs without MIG.
+	MIG *gpu.MIG
 	Placement
 	// Lost is set when the GPU did not answer during discovery: it has no facts and no island
 	// until it answers again and the node is discovered anew.
@@ -84,6 +86,9 @@ func read(d gpu.Device, dev *Device) (GPU, error) {
 		return GPU{}, err
 	}
 	dev.Minor = minor
+	if dev.MIG, err = d.MIG(); err != nil {
+		return GPU{}, err
+	}
 	g := GPU{Index: d.Index(), BusID: dev.PCIBusID}
 	if g.PCIe, err = d.PCIeLink(); err != nil {
 		return GPU{}, err

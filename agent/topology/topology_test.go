@@ -178,6 +178,7 @@ func TestDiscoverMockTopologies(t *testing.T) {
 	}{
 		mock.DGXA100: {"NVIDIA A100-SXM4-80GB", repeat(8, want{g0, 600, true})},
 		mock.DGXH100: {"NVIDIA H100 80GB HBM3", repeat(8, want{g0, 900, true})},
+		"dgx-h100-mig": {"NVIDIA H100 80GB HBM3", repeat(8, want{g0, 900, true})},
 		"dgx-h200":   {"NVIDIA H200", repeat(8, want{g0, 900, true})},
 		mock.DGXB200: {"NVIDIA B200", repeat(8, want{g0, 1800, true})},
 		mock.PCIeNVLinkPairs: {"NVIDIA A100 80GB PCIe", []want{
