@@ -139,6 +139,9 @@ func buildClaim(p scenario.PodPlan, ns, run string) *gpuv1.GpuClaim {
 	if len(p.Claim.Selector) > 0 {
 		c.Spec.Selector = &gpuv1.NodeSelector{MatchLabels: p.Claim.Selector}
 	}
+	if sh := p.Claim.Share; sh != nil {
+		c.Spec.Devices.Share = &gpuv1.GPUShare{ComputePercent: int32(sh.ComputePercent), MemoryPercent: int32(sh.MemoryPercent)}
+	}
 	if t := p.Claim.Topology; t != nil {
 		c.Spec.Topology = &gpuv1.TopologyRequirement{Mode: gpuv1.TopologyMode(t.Mode), MinBandwidthGBps: int32(t.MinBandwidthGBps)}
 	}

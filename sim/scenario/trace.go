@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
+	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 // TraceFile replays a pod list (and optionally a node list) kept in a CSV or JSON-lines file,
@@ -73,6 +74,9 @@ type TraceColumns struct {
 	Deleted  string `json:"deleted,omitempty"`
 	Duration string `json:"duration,omitempty"`
 	GPUs     string `json:"gpus,omitempty"`
+	// GPUMilli is the part of one GPU a one-GPU pod asks for, in milli-GPU (1..1000); below
+	// 1000 the pod gets a Shared claim with that compute share. Optional.
+	GPUMilli string `json:"gpuMilli,omitempty"`
 	Model    string `json:"model,omitempty"`
 	CPU      string `json:"cpu,omitempty"`
 	Memory   string `json:"memory,omitempty"`
@@ -90,10 +94,12 @@ type TraceNodeColumns struct {
 
 // TraceLoaded says what a trace file gave.
 type TraceLoaded struct {
-	Rows    int            `json:"rows"`
-	Pods    int            `json:"pods"`
-	Nodes   int            `json:"nodes,omitempty"`
-	Skipped map[string]int `json:"skipped,omitempty"`
+	Rows int `json:"rows"`
+	Pods int `json:"pods"`
+	// SharedPods are the pods that asked for a part of one GPU (a Shared claim with a share).
+	SharedPods int            `json:"sharedPods,omitempty"`
+	Nodes      int            `json:"nodes,omitempty"`
+	Skipped    map[string]int `json:"skipped,omitempty"`
 }
 
 // Trace presets and defaults.
@@ -105,7 +111,7 @@ const (
 )
 
 // ourColumns are the names of our own format (scenarios/traces/README in docs/simulator.md).
-var ourColumns = TraceColumns{Name: "name", Created: "created", Deleted: "deleted", Duration: "duration", GPUs: "gpus", Model: "model", CPU: "cpu", Memory: "memory"}
+var ourColumns = TraceColumns{Name: "name", Created: "created", Deleted: "deleted", Duration: "duration", GPUs: "gpus", GPUMilli: "gpuMilli", Model: "model", CPU: "cpu", Memory: "memory"}
 var ourNodeColumns = TraceNodeColumns{Name: "name", GPUs: "gpus", Model: "model", CPU: "cpu", Memory: "memory"}
 
 // presets: column names of known public traces.
@@ -116,7 +122,7 @@ var presets = map[string]struct {
 	// Alibaba cluster-trace-gpu-v2023: name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,
 	// qos,pod_phase,creation_time,deletion_time,scheduled_time and sn,cpu_milli,memory_mib,gpu,model.
 	PresetOpenB: {
-		pods:  TraceColumns{Name: "name", Created: "creation_time", Deleted: "deletion_time", GPUs: "num_gpu", Model: "gpu_spec", CPU: "cpu_milli", Memory: "memory_mib"},
+		pods:  TraceColumns{Name: "name", Created: "creation_time", Deleted: "deletion_time", GPUs: "num_gpu", GPUMilli: "gpu_milli", Model: "gpu_spec", CPU: "cpu_milli", Memory: "memory_mib"},
 		nodes: TraceNodeColumns{Name: "sn", GPUs: "gpu", Model: "model", CPU: "cpu_milli", Memory: "memory_mib"},
 	},
 }
@@ -377,6 +383,7 @@ func (c *checker) loadTrace(file string, s *Scenario) *Error {
 	override(&cols.Deleted, t.Columns.Deleted)
 	override(&cols.Duration, t.Columns.Duration)
 	override(&cols.GPUs, t.Columns.GPUs)
+	override(&cols.GPUMilli, t.Columns.GPUMilli)
 	override(&cols.Model, t.Columns.Model)
 	override(&cols.CPU, t.Columns.CPU)
 	override(&cols.Memory, t.Columns.Memory)
@@ -444,8 +451,8 @@ func (c *checker) loadTrace(file string, s *Scenario) *Error {
 	}
 	re := &rowErrors{file: path}
 	given := t.Columns
-	if miss := checkColumns(path, recs, map[string]*string{"name": &cols.Name, "created": &cols.Created, "deleted": &cols.Deleted, "duration": &cols.Duration, "gpus": &cols.GPUs, "model": &cols.Model, "cpu": &cols.CPU, "memory": &cols.Memory},
-		map[string]bool{"created": true, "gpus": true, "name": given.Name != "", "deleted": given.Deleted != "", "duration": given.Duration != "", "model": given.Model != "", "cpu": given.CPU != "", "memory": given.Memory != ""}); len(miss) > 0 {
+	if miss := checkColumns(path, recs, map[string]*string{"name": &cols.Name, "created": &cols.Created, "deleted": &cols.Deleted, "duration": &cols.Duration, "gpus": &cols.GPUs, "gpuMilli": &cols.GPUMilli, "model": &cols.Model, "cpu": &cols.CPU, "memory": &cols.Memory},
+		map[string]bool{"created": true, "gpus": true, "gpuMilli": given.GPUMilli != "", "name": given.Name != "", "deleted": given.Deleted != "", "duration": given.Duration != "", "model": given.Model != "", "cpu": given.CPU != "", "memory": given.Memory != ""}); len(miss) > 0 {
 		re.add(headerLine(path, recs), "no column %s; map the file's columns in %s.columns", strings.Join(miss, ", "), p)
 		return re.err()
 	}
@@ -487,6 +494,26 @@ func (c *checker) loadTrace(file string, s *Scenario) *Error {
 			continue
 		}
 		claim := &ClaimSpec{Count: gpus}
+		if cols.GPUMilli != "" && r.fields[cols.GPUMilli] != "" {
+			milli, ok := re.wholeNumber(r, cols.GPUMilli)
+			if !ok {
+				continue
+			}
+			switch {
+			case milli < 1 || milli > 1000:
+				re.add(r.line, "column %s: %d is not a part of one GPU in milli-GPU (1..1000)", cols.GPUMilli, milli)
+				continue
+			case milli < 1000 && gpus > 1:
+				re.add(r.line, "column %s: %d milli-GPU of each of %d GPUs; a part of a GPU is for one-GPU pods only", cols.GPUMilli, milli, gpus)
+				continue
+			case milli < 1000:
+				// A part of one GPU: a Shared claim capped at that compute share (rounded up
+				// to a whole percent, the claim's unit). The openb trace gives no GPU memory
+				// per pod, so the share states compute only.
+				claim.Exclusivity = string(gpuv1.Shared)
+				claim.Share = &ShareSpec{ComputePercent: (milli + 9) / 10}
+			}
+		}
 		if m := r.fields[cols.Model]; cols.Model != "" && m != "" && !strings.Contains(m, "|") {
 			// A single model asked for. Alternatives ("V100M16|V100M32") take any GPU.
 			if t.Nodes != "" && !models[dnsName(m)] {
@@ -526,6 +553,9 @@ func (c *checker) loadTrace(file string, s *Scenario) *Error {
 		}
 		s.Spec.Workload.Trace = append(s.Spec.Workload.Trace, e)
 		loaded.Pods++
+		if claim.Share != nil {
+			loaded.SharedPods++
+		}
 	}
 	if err := re.err(); err != nil {
 		return err

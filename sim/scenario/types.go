@@ -227,6 +227,15 @@ type ClaimSpec struct {
 	// with baseline.gangPodAffinity gives each member a required podAffinity to its gang on
 	// the level instead, the plain one nothing.
 	GangTopology *GangTopologySpec `json:"gangTopology,omitempty"`
+	// Share is a Shared claim's part of each GPU (the claim's spec.devices.share); the stock
+	// runs cannot express it and ask for whole GPUs.
+	Share *ShareSpec `json:"share,omitempty"`
+}
+
+// ShareSpec is a Shared claim's part of each GPU, in percent.
+type ShareSpec struct {
+	ComputePercent int `json:"computePercent,omitempty"`
+	MemoryPercent  int `json:"memoryPercent,omitempty"`
 }
 
 // GangTopologySpec is the gang's locality at a topology level.

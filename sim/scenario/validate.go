@@ -521,6 +521,14 @@ func (c *checker) validateClaim(path string, cl *ClaimSpec, pools []NodePool) {
 	default:
 		c.add(path+".exclusivity", "%q is unknown; use Exclusive or Shared", cl.Exclusivity)
 	}
+	if sh := cl.Share; sh != nil {
+		if gpuv1.Exclusivity(cl.Exclusivity) != gpuv1.Shared {
+			c.add(path+".share", "a share needs exclusivity Shared, not %q", cl.Exclusivity)
+		}
+		if sh.ComputePercent < 0 || sh.ComputePercent > 100 || sh.MemoryPercent < 0 || sh.MemoryPercent > 100 || sh.ComputePercent+sh.MemoryPercent == 0 {
+			c.add(path+".share", "computePercent %d and memoryPercent %d: each must be 0..100 and one of them above 0", sh.ComputePercent, sh.MemoryPercent)
+		}
+	}
 	if t := cl.GangTopology; t != nil {
 		if msgs := validation.IsQualifiedName(t.Level); len(msgs) > 0 {
 			c.add(path+".gangTopology.level", "%q is not a node label key (%s); e.g. nvidia.com/gpu.clique", t.Level, strings.Join(msgs, "; "))
