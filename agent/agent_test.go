@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -529,6 +530,59 @@ func TestHealthTransitionsSurviveARestart(t *testing.T) {
 		got := d.LastTransitionTime
 		if (got == nil) != (w.since == nil) || got != nil && !got.Time.Equal(*w.since) || d.RecoveryCount != w.count {
 			t.Errorf("GPU %d after restart: lastTransitionTime %v, recoveryCount %d; want %v, %d", i, got, d.RecoveryCount, w.since, w.count)
+		}
+	}
+}
+
+// TestMIGAndSharesPublished: on a node with GPUs in MIG mode the agent publishes each MIG
+// device, its holder from its MIG lease and the Shared holders' shares; a GPU in MIG mode is
+// not free; an Xid that loses a GPU makes its MIG devices Unhealthy with it.
+func TestMIGAndSharesPublished(t *testing.T) {
+	h := newHarnessWith(t, "dgx-h100-mig", nvml.SUCCESS, func(c *agent.Config) { c.UsageWriteInterval = usageInterval })
+	st := h.until("first status", 0, func(s *apiv1.GpuNodeStatus) bool { return s.Status.Healthy == 8 })
+	if st.Status.Free != 4 {
+		t.Errorf("free %d, want 4: GPUs 0-3 are in MIG mode", st.Status.Free)
+	}
+	g1 := device(t, st, 1)
+	if g1.MIG == nil || !g1.MIG.Enabled || g1.MIG.Slices != 8 || len(g1.MIG.Devices) != 2 ||
+		g1.MIG.Devices[1].Slot != 4 || g1.MIG.Devices[1].Profile != "3g.40gb" || g1.MIG.Devices[1].Health != apiv1.Healthy ||
+		!strings.HasPrefix(g1.MIG.Devices[1].UUID, "MIG-") {
+		t.Fatalf("GPU 1 mig: %+v", g1.MIG)
+	}
+	if g4 := device(t, st, 4); g4.MIG == nil || g4.MIG.Enabled || len(g4.MIG.Devices) != 0 {
+		t.Errorf("GPU 4 mig: %+v, want MIG-capable with the mode off", g4.MIG)
+	}
+	for _, l := range []*coordinationv1.Lease{
+		{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-a-1-mig4", Namespace: "gpu-scheduler", Labels: map[string]string{
+			apiv1.LabelLeaseNode: node, apiv1.LabelLeaseGPU: "1", apiv1.LabelLeaseMIGSlot: "4"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-mig")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-a-5", Namespace: "gpu-scheduler", Labels: map[string]string{
+			apiv1.LabelLeaseNode: node, apiv1.LabelLeaseGPU: "5", apiv1.LabelLeaseShared: "true"},
+			Annotations: map[string]string{apiv1.AnnotationLeaseShares: "pod-s1=20390/25,pod-s2=10240/50"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-s1,pod-s2")}},
+	} {
+		if err := h.leases.Add(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.agent.Poke()
+	st = h.until("MIG holder and shares", int(usageInterval/time.Second)+5, func(s *apiv1.GpuNodeStatus) bool {
+		return device(t, s, 5).Shares != nil
+	})
+	if got := device(t, st, 1); len(got.InUseBy) != 0 || !slices.Equal(got.MIG.Devices[1].InUseBy, []string{"pod-mig"}) || len(got.MIG.Devices[0].InUseBy) != 0 {
+		t.Errorf("GPU 1: inUseBy %v, MIG devices %+v; want only MIG device 1:4 held, by pod-mig", got.InUseBy, got.MIG.Devices)
+	}
+	if got := *device(t, st, 5).Shares; got != (apiv1.DeviceShares{Sharers: 2, MemoryMiB: 30630, ComputePercent: 75}) {
+		t.Errorf("GPU 5 shares %+v", got)
+	}
+	h.watched()
+	if err := h.srv.Inject(1, mock.Fault{Kind: mock.FaultXid, Xid: mock.XidFallenOffBus}); err != nil {
+		t.Fatal(err)
+	}
+	st = h.until("GPU 1 lost", 0, func(s *apiv1.GpuNodeStatus) bool { return health(s, 1) == apiv1.Unhealthy })
+	for _, m := range device(t, st, 1).MIG.Devices {
+		if m.Health != apiv1.Unhealthy || !strings.Contains(m.Reason, "Xid 79") {
+			t.Errorf("MIG device 1:%d is %s (%s) on a lost GPU; want Unhealthy with the GPU's reason", m.Slot, m.Health, m.Reason)
 		}
 	}
 }
