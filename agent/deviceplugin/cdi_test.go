@@ -153,3 +153,21 @@ func TestDeviceNodeIsTheMinor(t *testing.T) {
 		t.Fatalf("two GPUs on minor 3: %v", err)
 	}
 }
+
+// TestMIGModeGPUNotAdvertised: a GPU in MIG mode is never a whole GPU for the kubelet; a
+// MIG-capable GPU with the mode off is.
+func TestMIGModeGPUNotAdvertised(t *testing.T) {
+	status := []apiv1.Device{
+		{ID: 0, UUID: "GPU-a", Health: apiv1.Healthy, MIG: &apiv1.DeviceMIG{Enabled: true, Slices: 8}},
+		{ID: 1, UUID: "GPU-b", Health: apiv1.Healthy, MIG: &apiv1.DeviceMIG{Slices: 8}},
+		{ID: 2, UUID: "GPU-c", Health: apiv1.Healthy},
+	}
+	gpus := FromStatus(status, []topology.Device{{Index: 0, Minor: 0}, {Index: 1, Minor: 1}, {Index: 2, Minor: 2}})
+	var ids []int
+	for _, g := range gpus {
+		ids = append(ids, g.Index)
+	}
+	if !slices.Equal(ids, []int{1, 2}) {
+		t.Errorf("FromStatus advertises GPUs %v, want 1 and 2 (GPU 0 is in MIG mode)", ids)
+	}
+}

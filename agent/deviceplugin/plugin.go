@@ -402,7 +402,8 @@ func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 // FromStatus turns the agent's view of the GPUs into what the plugin advertises: a GPU is
 // Healthy for the kubelet only when the agent says Healthy (Unknown is not safe to hand out).
 // The device minors come from the agent's discovery (inventory), which the status does not
-// carry; a GPU missing there has none (Minor -1) and is not handed out.
+// carry; a GPU missing there has none (Minor -1) and is not handed out. A GPU in MIG mode is
+// left out: it is never allocated whole, so the kubelet must not count it as a whole GPU.
 func FromStatus(devs []apiv1.Device, inventory []topology.Device) []GPU {
 	minors := make(map[int]int, len(inventory))
 	for _, d := range inventory {
@@ -410,6 +411,9 @@ func FromStatus(devs []apiv1.Device, inventory []topology.Device) []GPU {
 	}
 	out := make([]GPU, 0, len(devs))
 	for _, d := range devs {
+		if d.MIG != nil && d.MIG.Enabled {
+			continue
+		}
 		minor, ok := minors[int(d.ID)]
 		if !ok {
 			minor = -1
