@@ -1,6 +1,9 @@
 package metrics
 
-import "sort"
+import (
+	"math"
+	"sort"
+)
 
 // FillPoint is the cluster after the first Arrived pods of a fill run.
 type FillPoint struct {
@@ -20,6 +23,10 @@ type Fill struct {
 	// Curve has one point per arrival, in arrival order. Pods never leave, so a pod that was
 	// bound at the end was bound for good; the point counts it from its arrival on.
 	Curve []FillPoint `json:"curve"`
+	// Steps is the allocation when the arrived demand first reached each tenth of the cluster's
+	// GPUs (10 %, 20 %, ... as far as the arrivals went): the curve of the fragmentation studies
+	// (GPU allocation ratio against arrived GPU demand) at a glance.
+	Steps []FillPoint `json:"steps,omitempty"`
 	// Allocation is the allocated share of the cluster's GPUs at the end.
 	Allocation   float64 `json:"allocation"`
 	AllocatedGPU int     `json:"allocatedGPUs"`
@@ -63,18 +70,24 @@ func ComputeFill(in Input) Fill {
 	}
 	total := float64(f.TotalGPUs)
 	held := map[string]int{}
-	asked, allocated := 0, 0
+	asked, allocated := 0.0, 0.0
 	var sizes []int
 	for i, p := range in.Pods {
-		asked += p.GPUs
+		// A shared pod counts as its part of a GPU in the allocation, and as a GPU it holds on
+		// its node in the stranded figures (the node's GPU is not free for a whole-GPU pod).
+		gpus := float64(p.GPUs)
+		if p.Part > 0 {
+			gpus *= p.Part
+		}
+		asked += gpus
 		sizes = append(sizes, p.GPUs)
 		placed := p.BoundOK && !p.EndedOK
 		if placed {
-			allocated += p.GPUs
+			allocated += gpus
 			held[p.Node] += p.GPUs
 		} else if f.FirstUnplaced == 0 {
 			f.FirstUnplaced, f.FirstUnplacedPod, f.FirstUnplacedGPUs = i+1, p.Name, p.GPUs
-			f.AllocationAtFirstUnplaced = float64(allocated) / total
+			f.AllocationAtFirstUnplaced = allocated / total
 		}
 		switch p.GPUs {
 		case 4:
@@ -88,10 +101,15 @@ func ComputeFill(in Input) Fill {
 				f.Placed8++
 			}
 		}
-		f.Curve = append(f.Curve, FillPoint{Arrived: i + 1, Requested: float64(asked) / total, Allocation: float64(allocated) / total})
+		pt := FillPoint{Arrived: i + 1, Requested: asked / total, Allocation: allocated / total}
+		f.Curve = append(f.Curve, pt)
+		// Small epsilon: ten pods of 0.1 GPU on a 10-GPU cluster reach 10 % exactly.
+		for len(f.Steps) < 10 && pt.Requested+1e-9 >= float64(len(f.Steps)+1)/10 {
+			f.Steps = append(f.Steps, pt)
+		}
 	}
-	f.AllocatedGPU = allocated
-	f.Allocation = float64(allocated) / total
+	f.AllocatedGPU = int(math.Round(allocated))
+	f.Allocation = allocated / total
 	f.TypicalRequest = weightedMedian(sizes)
 	f.FreeGPUs, f.StrandedGPUs, f.Fragmentation = stranded(capacity, held, f.TypicalRequest)
 	if f.FirstUnplaced > 0 {

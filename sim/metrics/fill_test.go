@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // TestComputeFill: two 8-GPU nodes; arrivals 4, 4, 8, 2, 8, 1 where the second 8-GPU pod
@@ -32,6 +33,12 @@ func TestComputeFill(t *testing.T) {
 			{Arrived: 5, Requested: 26.0 / 16, Allocation: 10.0 / 16},
 			{Arrived: 6, Requested: 27.0 / 16, Allocation: 11.0 / 16},
 		},
+		// Demand passed 10 and 20 % with p0, up to 50 % with p1, the rest with p2.
+		Steps: []FillPoint{
+			{1, 4.0 / 16, 4.0 / 16}, {1, 4.0 / 16, 4.0 / 16},
+			{2, 8.0 / 16, 8.0 / 16}, {2, 8.0 / 16, 8.0 / 16}, {2, 8.0 / 16, 8.0 / 16},
+			{3, 1, 8.0 / 16}, {3, 1, 8.0 / 16}, {3, 1, 8.0 / 16}, {3, 1, 8.0 / 16}, {3, 1, 8.0 / 16},
+		},
 		Allocation: 11.0 / 16, AllocatedGPU: 11,
 		FirstUnplaced: 3, FirstUnplacedPod: "p2", FirstUnplacedGPUs: 8, AllocationAtFirstUnplaced: 8.0 / 16,
 		Arrived4: 2, Placed4: 2, Arrived8: 2, Placed8: 0,
@@ -53,5 +60,26 @@ func TestComputeFill(t *testing.T) {
 	}
 	if m := weightedMedian([]int{1, 1, 1, 1, 1, 1, 1, 1, 1, 8}); m != 1 {
 		t.Errorf("weighted median of nine 1s and one 8 = %d, want 1", m)
+	}
+}
+
+// TestComputeFillParts: a shared pod counts as its part of a GPU, in the demand and in the
+// allocation; the steps stop where the arrivals stop.
+func TestComputeFillParts(t *testing.T) {
+	in := Input{
+		Nodes: []Node{{Name: "n0", Islands: []string{"a", "b", "c", "d"}}},
+		Pods: []Pod{
+			{Name: "p0", GPUs: 1, Shared: true, Part: 0.3, BoundOK: true, Node: "n0"},
+			{Name: "p1", GPUs: 1, Shared: true, Part: 0.5, BoundOK: true, Node: "n0"},
+			{Name: "p2", GPUs: 1, Shared: true, Part: 0.4},
+		},
+	}
+	got := ComputeFill(in)
+	if got.Allocation != 0.8/4 || got.AllocatedGPU != 1 {
+		t.Errorf("allocation %v (%d GPUs), want 0.2 (1)", got.Allocation, got.AllocatedGPU)
+	}
+	want := []FillPoint{{2, 0.8 / 4, 0.8 / 4}, {2, 0.8 / 4, 0.8 / 4}, {3, 1.2 / 4, 0.8 / 4}}
+	if diff := cmp.Diff(want, got.Steps, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
 	}
 }

@@ -26,10 +26,13 @@ type Node struct {
 
 // Pod is what a run recorded about one pod. Times are offsets from the start of the workload.
 type Pod struct {
-	Name    string        `json:"name"`
-	Kind    string        `json:"kind"`
-	GPUs    int           `json:"gpus"`
-	Shared  bool          `json:"shared,omitempty"`
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`
+	GPUs   int    `json:"gpus"`
+	Shared bool   `json:"shared,omitempty"`
+	// Part is the share of each of its GPUs a Shared pod with a compute share asks for (0.46
+	// for 46 %); 0 for whole GPUs. A fill run counts its GPUs at that part.
+	Part    float64       `json:"part,omitempty"`
 	Created time.Duration `json:"created"`
 	// Seen is when the pod was first seen in the API (SeenOK: at all); a scheduler cannot place
 	// it before.

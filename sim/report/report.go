@@ -588,6 +588,16 @@ func (r *Report) rows() [][]string {
 				}
 				return fmt.Sprintf("%s (%d of %d GPUs)", pct(x.Fill.Allocation), x.Fill.AllocatedGPU, x.Fill.TotalGPUs)
 			}},
+			{"fill: allocation at arrived demand 10 %, 20 %, ... of the GPUs", func(x *runner.RunResult) string {
+				if x.Fill == nil || len(x.Fill.Steps) == 0 {
+					return "-"
+				}
+				parts := make([]string, len(x.Fill.Steps))
+				for i, p := range x.Fill.Steps {
+					parts[i] = fmt.Sprintf("%.1f", 100*p.Allocation)
+				}
+				return strings.Join(parts, " ")
+			}},
 			{"fill: first pod not placed", func(x *runner.RunResult) string {
 				if x.Fill == nil || x.Fill.FirstUnplaced == 0 {
 					return "none"

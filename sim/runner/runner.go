@@ -1179,6 +1179,11 @@ func collect(rec *recorder, plan []scenario.PodPlan, pools map[string]scenario.N
 		if t := p.Claim.GangTopology; t != nil && p.Gang != "" {
 			mp.GangLevel, mp.GangMode = t.Level, t.Mode
 		}
+		// The stock runs hold a whole GPU for it, but the pod asked for its part: the fill
+		// figures count what was asked, in every run alike.
+		if sh := p.Claim.Share; sh != nil && sh.ComputePercent > 0 {
+			mp.Part = float64(sh.ComputePercent) / 100
+		}
 		if r != nil {
 			mp.Created = r.created - t0
 			if r.seenOK {

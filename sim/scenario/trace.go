@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -53,6 +54,16 @@ type TraceFile struct {
 	// ignored); the run stops once a pod could not be placed and no pod has bound for
 	// QuietPeriod, and reports the GPU allocation rate as arrivals grow.
 	Fill bool `json:"fill,omitempty"`
+	// Inflate (a fill run only) replays the trace in the method of the fragmentation studies
+	// (FGD, Weng et al., USENIX ATC '23): pods are drawn from the trace's GPU pods at random
+	// with replacement (seeded by spec.seed), one every InflateEvery, until the GPUs they ask
+	// for reach the cluster's GPUs; trace times are ignored.
+	Inflate bool `json:"inflate,omitempty"`
+	// InflateEvery is the gap between inflated arrivals (default 50ms).
+	InflateEvery Duration `json:"inflateEvery,omitzero"`
+	// FleetPercent keeps this share of each node pool (rounded; pools that round to none go),
+	// to run a large node list at a fraction of its size with the same mix (default 100).
+	FleetPercent int `json:"fleetPercent,omitempty"`
 	// QuietPeriod of a fill run (default 20s).
 	QuietPeriod Duration `json:"quietPeriod,omitzero"`
 	// Topologies picks a node's mock topology by its GPU model, or by its GPU count written
@@ -96,6 +107,9 @@ type TraceNodeColumns struct {
 type TraceLoaded struct {
 	Rows int `json:"rows"`
 	Pods int `json:"pods"`
+	// Inflated is the pods drawn by inflation; CapacityGPUs the cluster's GPUs they fill.
+	Inflated     int `json:"inflated,omitempty"`
+	CapacityGPUs int `json:"capacityGPUs,omitempty"`
 	// SharedPods are the pods that asked for a part of one GPU (a Shared claim with a share).
 	SharedPods int            `json:"sharedPods,omitempty"`
 	Nodes      int            `json:"nodes,omitempty"`
@@ -412,6 +426,15 @@ func (c *checker) loadTrace(file string, s *Scenario) *Error {
 	if t.MaxPods < 0 {
 		c.add(p+".maxPods", "must not be negative, got %d", t.MaxPods)
 	}
+	if t.Inflate && !t.Fill {
+		c.add(p+".inflate", "inflation is a fill run's: set fill: true")
+	}
+	if t.InflateEvery.Duration < 0 {
+		c.add(p+".inflateEvery", "must not be negative, got %s", t.InflateEvery.Duration)
+	}
+	if t.FleetPercent < 0 || t.FleetPercent > 100 {
+		c.add(p+".fleetPercent", "%d is not a percentage of the fleet (1..100)", t.FleetPercent)
+	}
 	if cols.Created == "" || cols.GPUs == "" {
 		c.add(p+".columns", "the created and gpus columns are needed; name them (columns: {created: ..., gpus: ...})")
 	}
@@ -443,6 +466,16 @@ func (c *checker) loadTrace(file string, s *Scenario) *Error {
 			models[pool.Labels[LabelGPUModel]] = true // dnsName of the model
 		}
 		s.Spec.NodePools = append(s.Spec.NodePools, pools...)
+	}
+	if t.FleetPercent > 0 && t.FleetPercent < 100 {
+		kept := s.Spec.NodePools[:0]
+		for _, pool := range s.Spec.NodePools {
+			pool.Count = int(math.Round(float64(pool.Count*t.FleetPercent) / 100))
+			if pool.Count > 0 {
+				kept = append(kept, pool)
+			}
+		}
+		s.Spec.NodePools = kept
 	}
 	path := filepath.Join(dir, t.Pods)
 	recs, rerr := readRecords(path)
@@ -563,11 +596,62 @@ func (c *checker) loadTrace(file string, s *Scenario) *Error {
 	if loaded.Pods == 0 {
 		return &Error{File: path, Errs: []FieldError{{Msg: fmt.Sprintf("no GPU pod in the window (%d rows read, left out: %v); check from/to and the gpus column", loaded.Rows, loaded.Skipped)}}}
 	}
+	if t.Inflate {
+		if err := inflate(s, t, loaded); err != nil {
+			return &Error{File: path, Errs: []FieldError{{Msg: err.Error()}}}
+		}
+	}
 	if len(loaded.Skipped) == 0 {
 		loaded.Skipped = nil
 	}
 	t.Loaded = loaded
 	return nil
+}
+
+// inflate replaces the trace's pods with draws from them, with replacement, until the GPUs the
+// draws ask for (a shared pod's part counted as that part of a GPU) reach the cluster's GPUs.
+func inflate(s *Scenario, t *TraceFile, loaded *TraceLoaded) error {
+	capacity := 0
+	for _, pool := range s.Spec.NodePools {
+		gpus := pool.GPUsPerNode
+		if gpus == 0 {
+			gpus, _ = topologyGPUs(pool.Topology)
+		}
+		capacity += pool.Count * gpus
+	}
+	if capacity == 0 {
+		return fmt.Errorf("inflation needs the cluster's GPU count: the node pools have no GPUs")
+	}
+	every := t.InflateEvery.Duration
+	if every == 0 {
+		every = 50 * time.Millisecond
+	}
+	src := s.Spec.Workload.Trace
+	rng := rand.New(rand.NewPCG(uint64(s.Spec.Seed), 34))
+	var out []TraceEntry
+	for demand := 0.0; demand < float64(capacity); {
+		e := src[rng.IntN(len(src))]
+		e.Name = fmt.Sprintf("%s-i%d", e.Name, len(out))
+		e.At = D(time.Duration(len(out)) * every)
+		demand += EntryGPUs(e)
+		out = append(out, e)
+	}
+	s.Spec.Workload.Trace = out
+	loaded.Inflated, loaded.CapacityGPUs = len(out), capacity
+	return nil
+}
+
+// EntryGPUs is the GPUs a trace entry asks for: a shared pod's compute share as that part of one
+// GPU (openb's gpu_milli), a pod of whole GPUs their count.
+func EntryGPUs(e TraceEntry) float64 {
+	n := e.GPUs
+	if e.Claim != nil {
+		n = e.Claim.Count
+		if sh := e.Claim.Share; sh != nil && sh.ComputePercent > 0 {
+			return float64(n*sh.ComputePercent) / 100
+		}
+	}
+	return float64(n)
 }
 
 // override sets a column name; "-" says the file has no such column.
