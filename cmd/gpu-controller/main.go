@@ -4,6 +4,9 @@
 // /healthz and /readyz on --health-probe-bind-address and Prometheus metrics over HTTPS on
 // --metrics-bind-address, to callers the apiserver authenticates and authorises (TokenReview and
 // SubjectAccessReview through controller-runtime's metrics filters): no anonymous scrape.
+//
+// gpu-controller apply-crds server-side-applies the CRDs built into it (the chart's crds/) and
+// exits: the chart's pre-install/pre-upgrade hook (docs/install.md#upgrading).
 package main
 
 import (
@@ -54,6 +57,9 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) > 1 && os.Args[1] == "apply-crds" {
+		return applyCRDsCommand(os.Args[2:])
+	}
 	o := options{schedulerName: apiv1.SchedulerName}
 	if v := os.Getenv(apiv1.SchedulerNameEnv); v != "" {
 		o.schedulerName = v

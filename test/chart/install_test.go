@@ -139,7 +139,7 @@ func TestInstall(t *testing.T) {
 	}
 
 	// The command docs/install.md gives, plus --wait: every Deployment and the DaemonSet ready.
-	out, err := runHelm(t, e.helmEnv, "install", releaseName, chartDir(t), "--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
+	out, err := runHelm(t, e.helmEnv, append([]string{"install", releaseName, chartDir(t), "--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m"}, hookCompletes...)...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -1248,8 +1248,8 @@ func localServingCert(t *testing.T) (string, []byte) {
 // An upgrade that changes a value keeps the CA and serving certificate (no rotation, no
 // restart of the webhook, no window where the CA bundle and the Secret disagree).
 func checkUpgrade(t *testing.T, ctx context.Context, e *installEnv) {
-	out, err := runHelm(t, e.helmEnv, "upgrade", releaseName, chartDir(t), "--namespace", releaseNamespace, "--wait", "--timeout", "3m",
-		"--set", "webhook.timeoutSeconds=4", "--set", "scheduler.pluginArgs.nodeStrategy=spread")
+	out, err := runHelm(t, e.helmEnv, append([]string{"upgrade", releaseName, chartDir(t), "--namespace", releaseNamespace, "--wait", "--timeout", "3m",
+		"--set", "webhook.timeoutSeconds=4", "--set", "scheduler.pluginArgs.nodeStrategy=spread"}, hookCompletes...)...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

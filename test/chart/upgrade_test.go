@@ -7,11 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,6 +27,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
+	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
 )
 
 // previousChart is the commit whose charts/gpu-scheduler is the previous chart version: the
@@ -125,7 +130,7 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 	}
 	waitRunning(t, ctx, kube, pods)
 
-	out, err := runHelm(t, env, "upgrade", releaseName, chartDir(t), "--namespace", releaseNamespace, "--reset-then-reuse-values", "--wait", "--timeout", "3m")
+	out, err := runHelm(t, env, append([]string{"upgrade", releaseName, chartDir(t), "--namespace", releaseNamespace, "--reset-then-reuse-values", "--wait", "--timeout", "3m"}, hookCompletes...)...)
 	if err != nil {
 		t.Fatalf("helm upgrade from the chart at %s: %v\n%s", previousChart, err, out)
 	}
@@ -146,6 +151,8 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 		}
 	}
 	waitRunning(t, ctx, kube, pods)
+
+	checkCRDUpgradeHook(t, ctx, &installEnv{c: c, kube: kube, gpu: gpu}, env)
 
 	// The webhook's certificate moved to the Secret its rotator fills; the old generated one is
 	// gone with the old template.
@@ -174,5 +181,112 @@ func waitRunning(t *testing.T, ctx context.Context, kube kubernetes.Interface, p
 		if err != nil {
 			t.Errorf("pod %s/%s (uid %s) not running: %s", userNS, name, uid, last)
 		}
+	}
+}
+
+// checkCRDUpgradeHook: the previous chart's CRDs lack spec.devices.share, and helm upgrade
+// leaves crds/ alone. The release's pre-upgrade hook Job runs `gpu-controller apply-crds`;
+// kwok ends the hook's pod (hookCompletes) without running its container, so the test runs it: the
+// real gpu-controller binary with the Job's arguments, under the hook's own ServiceAccount and
+// ClusterRole (created from the release's hook manifest, which Helm deleted once the Job
+// "succeeded"). Only the pod is not the hook's: everything the pod would do is.
+func checkCRDUpgradeHook(t *testing.T, ctx context.Context, e *installEnv, env []string) {
+	t.Helper()
+	shared := func(name string) *apiv1.GpuClaim {
+		return &apiv1.GpuClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: userNS}, Spec: apiv1.GpuClaimSpec{
+			Devices: apiv1.DeviceRequest{Count: 1, Exclusivity: apiv1.Shared, Share: &apiv1.GPUShare{MemoryMiB: 8192}}}}
+	}
+	// Before the hook has run, the old CRD drops the new field: this is what the hook mends.
+	before, err := e.gpu.GpuV1().GpuClaims(userNS).Create(ctx, shared("share-before-hook"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a Shared claim on the previous chart's CRD: %v", err)
+	}
+	if before.Spec.Devices.Share != nil {
+		t.Fatalf("the CRD served spec.devices.share before apply-crds ran: this test no longer shows what the hook changes")
+	}
+
+	hooks, err := runHelm(t, env, "get", "hooks", releaseName, "--namespace", releaseNamespace)
+	if err != nil {
+		t.Fatalf("helm get hooks: %v\n%s", err, hooks)
+	}
+	var job batchv1.Job
+	var sa corev1.ServiceAccount
+	var role rbacv1.ClusterRole
+	var binding rbacv1.ClusterRoleBinding
+	found := map[string]bool{}
+	for _, o := range parseObjects(t, hooks) {
+		if o.GetLabels()["app.kubernetes.io/component"] != "crds" {
+			continue
+		}
+		found[o.GetKind()] = true
+		switch o.GetKind() {
+		case "Job":
+			into(t, o, &job)
+		case "ServiceAccount":
+			into(t, o, &sa)
+		case "ClusterRole":
+			into(t, o, &role)
+		case "ClusterRoleBinding":
+			into(t, o, &binding)
+		}
+		if hook := o.GetAnnotations()["helm.sh/hook"]; hook != "pre-install,pre-upgrade" {
+			t.Errorf("%s %s is hook %q, want pre-install,pre-upgrade", o.GetKind(), o.GetName(), hook)
+		}
+	}
+	for _, k := range []string{"Job", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+		if !found[k] {
+			t.Fatalf("the release's hooks have no CRD-upgrade %s:\n%s", k, hooks)
+		}
+	}
+	if _, err := e.kube.CoreV1().ServiceAccounts(releaseNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa.Name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role.Name}, Rules: role.Rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: binding.Name},
+		RoleRef: binding.RoleRef, Subjects: binding.Subjects}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	spec := job.Spec.Template.Spec
+	if spec.ServiceAccountName != sa.Name || len(spec.Containers) != 1 {
+		t.Fatalf("the hook Job runs as %q with %d containers, want the hook's ServiceAccount %q and one container", spec.ServiceAccountName, len(spec.Containers), sa.Name)
+	}
+	if img := spec.Containers[0].Image; !strings.Contains(img, "/gpu-controller:") && !strings.Contains(img, "/gpu-controller@") {
+		t.Errorf("the hook Job's image is %s, want gpu-controller's", img)
+	}
+	_, kubeconfig := tokenConfig(t, ctx, e, sa.Name, nil)
+	bin, err := launch.Binary(ctx, "gpu-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append(append([]string{}, spec.Containers[0].Args...), "--kubeconfig="+kubeconfig)
+	if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gpu-controller %v (the hook Job's command): %v\n%s", spec.Containers[0].Args, err, out)
+	}
+
+	// The new field is served: a create keeps it.
+	after, err := e.gpu.GpuV1().GpuClaims(userNS).Create(ctx, shared("share-after-hook"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a Shared claim after the hook: %v", err)
+	}
+	if after.Spec.Devices.Share == nil || after.Spec.Devices.Share.MemoryMiB != 8192 {
+		t.Errorf("spec.devices.share after the hook: %+v, want memoryMiB 8192 kept", after.Spec.Devices.Share)
+	}
+	// The hook owns the CRD's fields now; Helm's client-side create no longer does, so a field
+	// a later CRD drops is dropped.
+	ext := apiextensionsclient.NewForConfigOrDie(e.c.RESTConfig())
+	crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, "gpuclaims.gpu.scheduling", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	managers := map[string]metav1.ManagedFieldsOperationType{}
+	for _, m := range crd.ManagedFields {
+		if m.Subresource == "" {
+			managers[m.Manager] = m.Operation
+		}
+	}
+	if managers["gpu-scheduler-crds"] != metav1.ManagedFieldsOperationApply || managers["helm"] != "" {
+		t.Errorf("the CRD's field managers are %v, want gpu-scheduler-crds (Apply) and no longer helm", managers)
 	}
 }
