@@ -24,6 +24,10 @@ type view struct {
 	eligible int
 	// counts of GPUs that are not eligible, by cause, for Unfit messages.
 	unhealthy, held, lowBW int
+	// capped counts the GPUs a Shared request's caps refused, by cause (ShareCap); capDetail
+	// is one such refusal's numbers.
+	capped    map[string]int
+	capDetail string
 }
 
 func (v *view) eligibleGPU(g *GPU) bool {
@@ -34,6 +38,18 @@ func (v *view) eligibleGPU(g *GPU) bool {
 	if g.ExclusiveHolder != "" || (v.req.Exclusivity == Exclusive && g.SharedHolders > 0) {
 		v.held++
 		return false
+	}
+	if v.req.Exclusivity == Shared {
+		if cause, detail := ShareCap(g, v.req.Share, v.req.MaxSharers); cause != "" {
+			if v.capped == nil {
+				v.capped = map[string]int{}
+			}
+			v.capped[cause]++
+			if v.capDetail == "" {
+				v.capDetail = detail
+			}
+			return false
+		}
 	}
 	if v.req.Topology == Required && g.BandwidthGBps < v.req.MinBandwidthGBps {
 		v.lowBW++
@@ -131,7 +147,7 @@ func Allocate(n *Node, req Request) (Result, error) {
 		return Result{}, err
 	}
 	sort.Ints(ids)
-	res := Result{IDs: ids, Note: note}
+	res := Result{IDs: ids, Note: note, Shares: resolveShares(n, &req, ids)}
 	v.score(&res)
 	return res, nil
 }
@@ -150,16 +166,36 @@ func pinned(n *Node, req *Request) (Result, error) {
 			return Result{}, unfit("GPU %d is held by another pod", id)
 		case req.Exclusivity == Exclusive && g.SharedHolders > 0:
 			return Result{}, unfit("GPU %d is shared by %d pods; an Exclusive claim cannot take it", id, g.SharedHolders)
+		case req.Exclusivity == Shared:
+			if cause, detail := ShareCap(g, req.Share, req.MaxSharers); cause != "" {
+				return Result{}, unfit("%s cap: %s", cause, detail)
+			}
 		}
 	}
 	ids := append([]int(nil), req.Pinned...)
 	sort.Ints(ids)
 	res := Result{IDs: ids}
+	res.Shares = resolveShares(n, req, ids)
 	// Scored as topology-blind: the user chose these GPUs, islands and bandwidth did not.
 	scored := *req
 	scored.Topology, scored.MinBandwidthGBps = Ignore, 0
 	newView(n, &scored).score(&res)
 	return res, nil
+}
+
+// resolveShares resolves a Shared request's share against each chosen GPU; nil for other
+// requests.
+func resolveShares(n *Node, req *Request, ids []int) []Resolved {
+	if req.Exclusivity != Shared {
+		return nil
+	}
+	out := make([]Resolved, len(ids))
+	for i, id := range ids {
+		if g, ok := n.GPU(id); ok {
+			out[i] = req.Share.Resolve(g)
+		}
+	}
+	return out
 }
 
 // notEnough explains why the node has fewer eligible GPUs than the request needs.
@@ -174,6 +210,11 @@ func (v *view) notEnough() error {
 	if v.lowBW > 0 {
 		causes = append(causes, fmt.Sprintf("%d below %d GB/s", v.lowBW, v.req.MinBandwidthGBps))
 	}
+	for _, cause := range []string{CapMemory, CapCompute, CapSharers} {
+		if n := v.capped[cause]; n > 0 {
+			causes = append(causes, fmt.Sprintf("%d at the %s cap", n, cause))
+		}
+	}
 	what := "healthy free"
 	if v.req.Exclusivity == Shared {
 		what = "healthy shareable"
@@ -181,6 +222,9 @@ func (v *view) notEnough() error {
 	msg := fmt.Sprintf("needs %d %s GPUs; node has %d", v.req.Count, what, v.eligible)
 	if len(causes) > 0 {
 		msg += " (" + strings.Join(causes, ", ") + ")"
+	}
+	if v.capDetail != "" {
+		msg += ": " + v.capDetail
 	}
 	return &Unfit{Reason: msg}
 }

@@ -44,6 +44,12 @@ type GPU struct {
 	ExclusiveHolder string
 	// SharedHolders counts the Shared pods using the GPU.
 	SharedHolders int
+	// MemoryMiB is the GPU's memory (0 when not reported); a Shared request's memory share is
+	// judged against it.
+	MemoryMiB int64
+	// SharedMemoryMiB and SharedComputePercent sum the shares the Shared holders reserve.
+	SharedMemoryMiB      int64
+	SharedComputePercent int
 	// UtilizationPercent is the recent utilization, or -1 when not reported.
 	UtilizationPercent int
 	// MemoryUsedPercent is the share of the GPU's memory in use (0 when not reported). It
@@ -177,6 +183,11 @@ type Request struct {
 	Exclusivity      Exclusivity
 	Topology         TopologyMode
 	MinBandwidthGBps int
+	// Share is a Shared request's part of each GPU it takes; the zero Share reserves nothing
+	// and only counts as a sharer.
+	Share Share
+	// MaxSharers bounds the Shared pods of one GPU, this one included (0: no bound).
+	MaxSharers int
 	// Pinned, when set, are the exact GPU IDs to take (an explicit placement, the scheduling
 	// map's entry): each must exist, be healthy and be free for the request's exclusivity, or
 	// the node is unfit. Count must equal len(Pinned); Policy and Topology play no part.
@@ -196,6 +207,15 @@ func (r *Request) Validate() error {
 	}
 	if r.Topology > Ignore {
 		return fmt.Errorf("unknown topology mode %d", r.Topology)
+	}
+	if r.Share != (Share{}) && r.Exclusivity != Shared {
+		return fmt.Errorf("a share is only for Shared requests")
+	}
+	if err := r.Share.validate(); err != nil {
+		return err
+	}
+	if r.MaxSharers < 0 {
+		return fmt.Errorf("maxSharers must not be negative, got %d", r.MaxSharers)
 	}
 	if r.MinBandwidthGBps < 0 {
 		return fmt.Errorf("minBandwidthGBps must not be negative, got %d", r.MinBandwidthGBps)
@@ -231,10 +251,80 @@ func (r *Request) Validate() error {
 	return nil
 }
 
+// Share is a Shared request's part of a GPU: memory in MiB or as a percentage of the GPU's
+// memory (at most one of the two), and a percentage of its compute. Zero parts are not stated.
+type Share struct {
+	MemoryMiB      int64
+	MemoryPercent  int
+	ComputePercent int
+}
+
+func (s Share) validate() error {
+	switch {
+	case s.MemoryMiB < 0 || s.MemoryPercent < 0 || s.ComputePercent < 0:
+		return fmt.Errorf("share parts must not be negative")
+	case s.MemoryMiB > 0 && s.MemoryPercent > 0:
+		return fmt.Errorf("share states memory twice (MiB and percent)")
+	case s.MemoryPercent > 100 || s.ComputePercent > 100:
+		return fmt.Errorf("share percentages must be at most 100")
+	}
+	return nil
+}
+
+// MemoryOn is the memory the share takes of GPU g, in MiB: a percentage is resolved against
+// the GPU's memory and rounded up, so that shares of 25 % fit a GPU four times exactly.
+func (s Share) MemoryOn(g *GPU) int64 {
+	if s.MemoryPercent > 0 {
+		return (g.MemoryMiB*int64(s.MemoryPercent) + 99) / 100
+	}
+	return s.MemoryMiB
+}
+
+// Resolved is a share resolved against one GPU.
+type Resolved struct {
+	MemoryMiB      int64
+	ComputePercent int
+}
+
+// Resolve resolves the share against GPU g.
+func (s Share) Resolve(g *GPU) Resolved {
+	return Resolved{MemoryMiB: s.MemoryOn(g), ComputePercent: s.ComputePercent}
+}
+
+// ShareCap says why a Shared request's share does not fit GPU g, or "" when it does; the
+// message names the cap with its numbers.
+func ShareCap(g *GPU, s Share, maxSharers int) (cause, detail string) {
+	if maxSharers > 0 && g.SharedHolders >= maxSharers {
+		return CapSharers, fmt.Sprintf("GPU %d has %d sharers of at most %d", g.ID, g.SharedHolders, maxSharers)
+	}
+	if s.MemoryMiB > 0 || s.MemoryPercent > 0 {
+		if g.MemoryMiB <= 0 {
+			return CapMemory, fmt.Sprintf("GPU %d reports no memory size to judge a memory share against", g.ID)
+		}
+		if m := s.MemoryOn(g); g.SharedMemoryMiB+m > g.MemoryMiB {
+			return CapMemory, fmt.Sprintf("GPU %d has %d of %d MiB reserved, the share needs %d", g.ID, g.SharedMemoryMiB, g.MemoryMiB, m)
+		}
+	}
+	if s.ComputePercent > 0 && g.SharedComputePercent+s.ComputePercent > 100 {
+		return CapCompute, fmt.Sprintf("GPU %d has %d %% compute reserved, the share needs %d %%", g.ID, g.SharedComputePercent, s.ComputePercent)
+	}
+	return "", ""
+}
+
+// Causes of ShareCap.
+const (
+	CapMemory  = "memory"
+	CapCompute = "compute"
+	CapSharers = "sharers"
+)
+
 // Result is a placement on one node.
 type Result struct {
 	// IDs are the chosen GPU IDs, sorted.
 	IDs []int
+	// Shares are a Shared request's share resolved against each chosen GPU, in the order of
+	// IDs; nil for other requests.
+	Shares []Resolved
 	// Score is the placement quality on this node, 0..100: island locality, bandwidth, policy
 	// fit and how whole the node's islands stay for later requests.
 	Score int
