@@ -55,11 +55,11 @@ func (p *Plugin) propose(ctx context.Context, req *pluginapi.PreferredAllocation
 	resp := &pluginapi.PreferredAllocationResponse{}
 	complete := true
 	for _, creq := range req.ContainerRequests {
-		available, err := parseDeviceIDs(creq.AvailableDeviceIDs)
+		available, err := p.parseIDs(creq.AvailableDeviceIDs, false)
 		if err != nil {
 			return nil, false, fmt.Errorf("preferred allocation on node %q: %w", p.cfg.NodeName, err)
 		}
-		must, err := parseDeviceIDs(creq.MustIncludeDeviceIDs)
+		must, err := p.parseIDs(creq.MustIncludeDeviceIDs, false)
 		if err != nil {
 			return nil, false, fmt.Errorf("preferred allocation on node %q: %w", p.cfg.NodeName, err)
 		}
@@ -73,7 +73,10 @@ func (p *Plugin) propose(ctx context.Context, req *pluginapi.PreferredAllocation
 		}
 		ids := make([]string, len(c.ids))
 		for i, id := range c.ids {
-			ids[i] = deviceID(id)
+			ids[i] = p.id(id)
+			if p.cfg.Mode == ModeShared {
+				ids[i] = pickReplica(id, creq.MustIncludeDeviceIDs, creq.AvailableDeviceIDs)
+			}
 		}
 		klog.FromContext(ctx).V(4).Info("Proposing the scheduler's GPUs", "pod", klog.KObj(c.pod), "ids", ids)
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
@@ -98,23 +101,29 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	gpus, _ := p.snapshot()
 	resp := &pluginapi.AllocateResponse{}
 	for _, creq := range req.ContainerRequests {
-		ids, err := parseDeviceIDs(creq.DevicesIds)
+		ids, err := p.parseIDs(creq.DevicesIds, true)
 		if err != nil {
 			return nil, fmt.Errorf("allocate on node %q: %w", p.cfg.NodeName, err)
 		}
 		var match *candidate
 		for i := range cands {
 			if slices.Equal(cands[i].ids, ids) {
-				match = &cands[i]
-				break
+				// A Shared GPU's pods may hold the same GPUs: the first not yet handed its
+				// replicas is the one being admitted, as GetPreferredAllocation proposed.
+				if match == nil || p.cfg.Mode == ModeShared && p.isTaken(match.pod) && !p.isTaken(cands[i].pod) {
+					match = &cands[i]
+				}
+				if p.cfg.Mode != ModeShared {
+					break
+				}
 			}
 		}
 		if match == nil {
-			return nil, fmt.Errorf("allocate %s %s on node %q: no pod bound to this node has %s=%s:%s; "+
-				"the pod's GpuClaim or allocation is gone, or the pod was not scheduled by %s",
-				p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, apiv1.AnnotationAllocated, p.cfg.NodeName, apiv1.FormatIDs(ids), p.cfg.SchedulerName)
+			return nil, p.noMatch(ids)
 		}
-		if p.isTaken(match.pod) {
+		if p.cfg.Mode == ModeShared {
+			// Several pods hold one Shared GPU by design: neither check below applies.
+		} else if p.isTaken(match.pod) {
 			// Handed once already: only a kubelet that lost its record asks again. While a pod
 			// of this size waits for its first GPUs, the request is more likely that pod's, and
 			// these GPUs are not its own.
@@ -123,22 +132,64 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 					p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, match.pod.Namespace, match.pod.Name, waiting.pod.Namespace, waiting.pod.Name, p.cfg.SchedulerName)
 			}
 		}
-		if other := contender(cands, match); other != nil {
+		if other := contender(cands, match); other != nil && p.cfg.Mode != ModeShared {
 			return nil, fmt.Errorf("allocate %s %s on node %q: pods %s/%s and %s/%s, neither started, both carry an allocation of GPU %d; "+
 				"the scheduler's leases never give one GPU to two live pods, so one allocation was not written by %s: refusing both until one is gone",
 				p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, match.pod.Namespace, match.pod.Name, other.pod.Namespace, other.pod.Name,
 				firstShared(match.ids, other.ids), p.cfg.SchedulerName)
 		}
-		cresp, err := p.containerResponse(ids, gpus)
+		var cresp *pluginapi.ContainerAllocateResponse
+		switch p.cfg.Mode {
+		case ModeMIG:
+			cresp, err = p.migContainerResponse(ids, gpus)
+		case ModeShared:
+			if cresp, err = p.containerResponse(ids, gpus); err == nil {
+				err = shareEnv(match.pod, len(ids), cresp.Envs)
+			}
+		default:
+			cresp, err = p.containerResponse(ids, gpus)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("allocate GPUs %s to pod %s/%s on node %q: %w",
-				apiv1.FormatIDs(ids), match.pod.Namespace, match.pod.Name, p.cfg.NodeName, err)
+			return nil, fmt.Errorf("allocate %s %s to pod %s/%s on node %q: %w",
+				p.cfg.ResourceName, p.formatKeys(ids), match.pod.Namespace, match.pod.Name, p.cfg.NodeName, err)
 		}
 		p.markTaken(match.pod, cands)
-		klog.FromContext(ctx).V(2).Info("Handed the scheduler's GPUs to the kubelet", "pod", klog.KObj(match.pod), "ids", apiv1.FormatIDs(ids))
+		klog.FromContext(ctx).V(2).Info("Handed the scheduler's GPUs to the kubelet", "pod", klog.KObj(match.pod), "resource", p.cfg.ResourceName, "ids", p.formatKeys(ids))
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil
+}
+
+// noMatch is Allocate's refusal of devices no pod bound here holds.
+func (p *Plugin) noMatch(ids []int) error {
+	switch p.cfg.Mode {
+	case ModeMIG:
+		refs := make([]apiv1.MIGDeviceRef, len(ids))
+		for i, k := range ids {
+			refs[i] = migRef(k)
+		}
+		return fmt.Errorf("allocate %s %s on node %q: no pod bound to this node has %s=%s; "+
+			"the pod's GpuClaim or allocation is gone, or the pod was not scheduled by %s",
+			p.cfg.ResourceName, apiv1.FormatMIGDevices(refs), p.cfg.NodeName, apiv1.AnnotationMIGDevices, apiv1.FormatMIGDevices(refs), p.cfg.SchedulerName)
+	default:
+		return fmt.Errorf("allocate %s %s on node %q: no pod bound to this node has %s=%s:%s; "+
+			"the pod's GpuClaim or allocation is gone, or the pod was not scheduled by %s",
+			p.cfg.ResourceName, apiv1.FormatIDs(ids), p.cfg.NodeName, apiv1.AnnotationAllocated, p.cfg.NodeName, apiv1.FormatIDs(ids), p.cfg.SchedulerName)
+	}
+}
+
+// pickReplica is the replica of GPU gpu to propose: one the kubelet must include, else the
+// first available.
+func pickReplica(gpu int, must, available []string) string {
+	prefix := deviceID(gpu) + "::"
+	for _, l := range [][]string{must, available} {
+		for _, id := range l {
+			if strings.HasPrefix(id, prefix) {
+				return id
+			}
+		}
+	}
+	return replicaID(gpu, 0)
 }
 
 // settled lists the candidates once no unallocated pod could be the one the kubelet asks GPUs

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
 // DefaultCDIKind is the CDI kind (vendor/class) of the devices the plugin hands over:
@@ -38,6 +40,25 @@ func (p *Plugin) CDISpec(gpus []GPU) (*cdispec.Spec, error) {
 			continue
 		}
 		node := gpuDeviceNode(g.Minor)
+		if p.cfg.Mode == ModeMIG {
+			// One device per MIG device of the plugin's profile: the parent GPU's node and the
+			// MIG device's capability nodes. NVIDIA_VISIBLE_DEVICES (MIG-<uuid>) comes from
+			// Allocate, as for whole GPUs.
+			for _, m := range g.MIG {
+				if m.Profile != p.cfg.MIGProfile {
+					continue
+				}
+				edits := cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/" + node, HostPath: p.cfg.DevRoot + "/" + node}}}
+				for _, c := range p.migCapsNodes(g.Minor, m) {
+					edits.DeviceNodes = append(edits.DeviceNodes, &cdispec.DeviceNode{Path: "/dev/" + c, HostPath: p.cfg.DevRoot + "/" + c})
+				}
+				spec.Devices = append(spec.Devices, cdispec.Device{Name: apiv1.MIGDeviceRef{GPU: g.Index, Slot: m.Slot}.String(), ContainerEdits: edits})
+			}
+			continue
+		}
+		if g.MIGMode {
+			continue // never handed whole
+		}
 		// No environment here: a variable of each device would leave a container of several GPUs
 		// with the last device's value only. Allocate sets NVIDIA_VISIBLE_DEVICES to all of them.
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: deviceID(g.Index), ContainerEdits: cdispec.ContainerEdits{

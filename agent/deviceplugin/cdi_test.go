@@ -154,20 +154,55 @@ func TestDeviceNodeIsTheMinor(t *testing.T) {
 	}
 }
 
-// TestMIGModeGPUNotAdvertised: a GPU in MIG mode is never a whole GPU for the kubelet; a
-// MIG-capable GPU with the mode off is.
+// TestMIGModeGPUNotAdvertised: a GPU in MIG mode is never a whole GPU for the kubelet (nor in
+// the CDI spec); a MIG-capable GPU with the mode off is. Its MIG devices are advertised by the
+// plugin of their profile, and the GPUs not in MIG mode as replicas by the Shared plugin.
 func TestMIGModeGPUNotAdvertised(t *testing.T) {
 	status := []apiv1.Device{
-		{ID: 0, UUID: "GPU-a", Health: apiv1.Healthy, MIG: &apiv1.DeviceMIG{Enabled: true, Slices: 8}},
+		{ID: 0, UUID: "GPU-a", Health: apiv1.Healthy, MIG: &apiv1.DeviceMIG{Enabled: true, Slices: 8, Devices: []apiv1.MigDevice{
+			{Slot: 0, Profile: "3g.40gb", UUID: "MIG-x", Health: apiv1.Healthy}, {Slot: 4, Profile: "1g.10gb", UUID: "MIG-y", Health: apiv1.Healthy}}}},
 		{ID: 1, UUID: "GPU-b", Health: apiv1.Healthy, MIG: &apiv1.DeviceMIG{Slices: 8}},
-		{ID: 2, UUID: "GPU-c", Health: apiv1.Healthy},
+		{ID: 2, UUID: "GPU-c", Health: apiv1.Unhealthy},
 	}
 	gpus := FromStatus(status, []topology.Device{{Index: 0, Minor: 0}, {Index: 1, Minor: 1}, {Index: 2, Minor: 2}})
-	var ids []int
-	for _, g := range gpus {
-		ids = append(ids, g.Index)
-	}
-	if !slices.Equal(ids, []int{1, 2}) {
-		t.Errorf("FromStatus advertises GPUs %v, want 1 and 2 (GPU 0 is in MIG mode)", ids)
+	lister := v1.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil))
+	for _, tc := range []struct {
+		cfg  Config
+		want []string
+	}{
+		{Config{}, []string{"1", "2!"}},
+		{Config{Mode: ModeMIG, MIGProfile: "1g.10gb"}, []string{"0:4"}},
+		{Config{Mode: ModeShared, Replicas: 2}, []string{"1::0", "1::1", "2::0!", "2::1!"}},
+	} {
+		tc.cfg.NodeName, tc.cfg.Pods = "n", lister
+		p, err := New(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range p.advertised(gpus) {
+			id := d.ID
+			if d.Health != "Healthy" {
+				id += "!"
+			}
+			got = append(got, id)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s advertises %v, want %v (! unhealthy)", p.cfg.ResourceName, got, tc.want)
+		}
+		spec, err := p.CDISpec(gpus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, d := range spec.Devices {
+			names = append(names, d.Name)
+		}
+		if tc.cfg.Mode == ModeGPU && slices.Contains(names, "0") {
+			t.Errorf("the whole-GPU CDI spec has GPU 0, which is in MIG mode: %v", names)
+		}
+		if tc.cfg.Mode == ModeMIG && !slices.Equal(names, []string{"0:4"}) {
+			t.Errorf("the 1g.10gb CDI spec has devices %v, want 0:4", names)
+		}
 	}
 }

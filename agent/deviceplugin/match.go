@@ -63,8 +63,18 @@ func (p *Plugin) candidates() ([]candidate, []unallocated, error) {
 	}
 	var out []candidate
 	var rogue []unallocated
+	gpus, _ := p.snapshot()
 	for _, pod := range pods {
+		if p.cfg.Mode != ModeGPU && len(p.requestSizes(pod)) == 0 {
+			// A MIG or Shared plugin's pods are those asking for its resource: a whole-GPU
+			// pod's allocation is another plugin's.
+			continue
+		}
 		alloc, why := p.allocation(pod)
+		ids := alloc.IDs
+		if why == "" && p.cfg.Mode == ModeMIG {
+			ids, why = p.migAllocation(pod, gpus)
+		}
 		if why != "" {
 			// The kubelet has written no status for it yet (StartTime is its first write, on
 			// admission or refusal): it may be the pod being admitted now.
@@ -73,7 +83,7 @@ func (p *Plugin) candidates() ([]candidate, []unallocated, error) {
 			}
 			continue
 		}
-		c := candidate{pod: pod, ids: alloc.IDs, bound: pod.CreationTimestamp.Time}
+		c := candidate{pod: pod, ids: ids, bound: pod.CreationTimestamp.Time}
 		for _, cond := range pod.Status.Conditions {
 			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionTrue {
 				c.bound = cond.LastTransitionTime.Time

@@ -56,14 +56,35 @@ type GPU struct {
 	Healthy bool
 	// NUMANode is the GPU's NUMA node, or -1 when unknown.
 	NUMANode int
+	// MIGMode is set when the GPU is in MIG mode: it is never handed out whole, only its MIG
+	// devices are.
+	MIGMode bool
+	// MIG are the GPU's MIG devices.
+	MIG []MIGDevice
+}
+
+func gpuEqual(a, b GPU) bool {
+	return a.Index == b.Index && a.UUID == b.UUID && a.Minor == b.Minor && a.Healthy == b.Healthy &&
+		a.NUMANode == b.NUMANode && a.MIGMode == b.MIGMode && slices.Equal(a.MIG, b.MIG)
 }
 
 // Config configures a Plugin.
 type Config struct {
 	// NodeName is this node; only pods bound to it are considered.
 	NodeName string
-	// ResourceName is the extended resource served. Default DefaultResourceName.
+	// ResourceName is the extended resource served. Default DefaultResourceName, for ModeMIG
+	// MIGResourceName(MIGProfile), for ModeShared SharedResourceName.
 	ResourceName string
+	// Mode is what the plugin serves (whole GPUs by default).
+	Mode Mode
+	// MIGProfile is the MIG profile a ModeMIG plugin serves, such as 1g.10gb.
+	MIGProfile string
+	// Replicas is how many devices a ModeShared plugin advertises per GPU. Default
+	// DefaultReplicas.
+	Replicas int
+	// ProcRoot is where the driver's /proc files are read (MIG capability device nodes).
+	// Default /proc.
+	ProcRoot string
 	// PluginDir is the kubelet's device-plugin directory, holding kubelet.sock. Default
 	// /var/lib/kubelet/device-plugins.
 	PluginDir string
@@ -134,8 +155,39 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Pods == nil {
 		return nil, fmt.Errorf("device plugin for node %q: Pods lister is required", cfg.NodeName)
 	}
+	switch cfg.Mode {
+	case ModeMIG:
+		if cfg.MIGProfile == "" {
+			return nil, fmt.Errorf("device plugin for node %q: a MIG plugin needs its MIGProfile", cfg.NodeName)
+		}
+		if cfg.ResourceName == "" {
+			cfg.ResourceName = MIGResourceName(cfg.MIGProfile)
+		}
+		if cfg.SocketName == "" {
+			cfg.SocketName = "gpu-scheduler-mig-" + strings.ReplaceAll(cfg.MIGProfile, "+", ".") + ".sock"
+		}
+		if cfg.CDIKind == "" {
+			cfg.CDIKind = DefaultCDIKind + "-mig-" + strings.ReplaceAll(cfg.MIGProfile, "+", ".")
+		}
+	case ModeShared:
+		if cfg.ResourceName == "" {
+			cfg.ResourceName = SharedResourceName
+		}
+		if cfg.SocketName == "" {
+			cfg.SocketName = "gpu-scheduler-shared.sock"
+		}
+		if cfg.CDIKind == "" {
+			cfg.CDIKind = DefaultCDIKind + "-shared"
+		}
+		if cfg.Replicas <= 0 {
+			cfg.Replicas = DefaultReplicas
+		}
+	}
 	if cfg.ResourceName == "" {
 		cfg.ResourceName = DefaultResourceName
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
 	}
 	if cfg.SchedulerName == "" {
 		cfg.SchedulerName = apiv1.SchedulerName
@@ -203,10 +255,16 @@ func (p *Plugin) setGPUs(gpus []GPU) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if slices.Equal(gpus, p.gpus) {
+	if slices.EqualFunc(gpus, p.gpus, gpuEqual) {
 		return nil
 	}
-	inventory := func(g GPU) [3]string { return [3]string{deviceID(g.Index), g.UUID, strconv.Itoa(g.Minor)} }
+	inventory := func(g GPU) [4]string {
+		var mig []string
+		for _, m := range g.MIG {
+			mig = append(mig, strconv.Itoa(m.Slot)+"="+m.UUID)
+		}
+		return [4]string{deviceID(g.Index), g.UUID, strconv.Itoa(g.Minor), strconv.FormatBool(g.MIGMode) + strings.Join(mig, ",")}
+	}
 	sameInventory := slices.EqualFunc(gpus, p.gpus, func(a, b GPU) bool { return inventory(a) == inventory(b) })
 	p.gpus = gpus
 	close(p.changed)
@@ -373,17 +431,7 @@ func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	for {
 		gpus, changed := s.p.snapshot()
-		resp := &pluginapi.ListAndWatchResponse{}
-		for _, g := range gpus {
-			d := &pluginapi.Device{ID: deviceID(g.Index), Health: pluginapi.Healthy}
-			if !g.Healthy {
-				d.Health = pluginapi.Unhealthy
-			}
-			if g.NUMANode >= 0 {
-				d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(g.NUMANode)}}}
-			}
-			resp.Devices = append(resp.Devices, d)
-		}
+		resp := &pluginapi.ListAndWatchResponse{Devices: s.p.advertised(gpus)}
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
@@ -402,23 +450,37 @@ func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 // FromStatus turns the agent's view of the GPUs into what the plugin advertises: a GPU is
 // Healthy for the kubelet only when the agent says Healthy (Unknown is not safe to hand out).
 // The device minors come from the agent's discovery (inventory), which the status does not
-// carry; a GPU missing there has none (Minor -1) and is not handed out. A GPU in MIG mode is
-// left out: it is never allocated whole, so the kubelet must not count it as a whole GPU.
+// carry; a GPU missing there has none (Minor -1) and is not handed out. A GPU in MIG mode
+// carries its MIG devices (their instance IDs from the discovery too); a MIG device is Healthy
+// only when the agent says so.
 func FromStatus(devs []apiv1.Device, inventory []topology.Device) []GPU {
-	minors := make(map[int]int, len(inventory))
+	inv := make(map[int]topology.Device, len(inventory))
 	for _, d := range inventory {
-		minors[d.Index] = d.Minor
+		inv[d.Index] = d
 	}
 	out := make([]GPU, 0, len(devs))
 	for _, d := range devs {
-		if d.MIG != nil && d.MIG.Enabled {
-			continue
-		}
-		minor, ok := minors[int(d.ID)]
+		found, ok := inv[int(d.ID)]
+		minor := found.Minor
 		if !ok {
 			minor = -1
 		}
-		out = append(out, GPU{Index: int(d.ID), UUID: d.UUID, Minor: minor, Healthy: d.Health == apiv1.Healthy, NUMANode: -1})
+		g := GPU{Index: int(d.ID), UUID: d.UUID, Minor: minor, Healthy: d.Health == apiv1.Healthy, NUMANode: -1}
+		if d.MIG != nil && d.MIG.Enabled {
+			g.MIGMode = true
+			for _, m := range d.MIG.Devices {
+				md := MIGDevice{Slot: int(m.Slot), Profile: m.Profile, UUID: m.UUID, GI: -1, CI: -1, Healthy: m.Health == apiv1.Healthy}
+				if found.MIG != nil {
+					for _, im := range found.MIG.Devices {
+						if im.Slot == md.Slot && im.UUID == md.UUID {
+							md.GI, md.CI = im.GI, im.CI
+						}
+					}
+				}
+				g.MIG = append(g.MIG, md)
+			}
+		}
+		out = append(out, g)
 	}
 	return out
 }

@@ -72,6 +72,9 @@ type MIGDevice struct {
 	// UUID is the MIG device's UUID (MIG-...).
 	UUID      string
 	MemoryMiB int64
+	// GI and CI are the GPU instance and compute instance IDs: the driver's capability files
+	// of the device are named by them.
+	GI, CI int
 }
 
 // FabricState is how far a GPU's registration with its NVLink fabric has come; the values

@@ -285,6 +285,14 @@ func (m *migDevice) GetGpuInstanceId() (int, nvml.Return) {
 	return m.giID, nvml.SUCCESS
 }
 
+// GetComputeInstanceId is the MIG device's compute instance: one per GPU instance, ID 0.
+func (m *migDevice) GetComputeInstanceId() (int, nvml.Return) {
+	if ret := m.parent.answer(); ret != nvml.SUCCESS {
+		return 0, ret
+	}
+	return 0, nvml.SUCCESS
+}
+
 // GetUUID is the MIG device's UUID, MIG-<uuid> as the driver names them.
 func (m *migDevice) GetUUID() (string, nvml.Return) {
 	if ret := m.parent.answer(); ret != nvml.SUCCESS {

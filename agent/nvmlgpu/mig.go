@@ -90,6 +90,10 @@ func (d *device) MIG() (*gpu.MIG, error) {
 		if !ok {
 			return nil, fmt.Errorf("MIG device %d of GPU %d is on GPU instance %d, which no profile lists", i, d.index, giID)
 		}
+		ciID, ret := h.GetComputeInstanceId()
+		if err := check(ret, "read compute instance of MIG device %d of GPU %d", i, d.index); err != nil {
+			return nil, err
+		}
 		uuid, ret := h.GetUUID()
 		if err := check(ret, "read UUID of MIG device %d of GPU %d", i, d.index); err != nil {
 			return nil, err
@@ -100,6 +104,7 @@ func (d *device) MIG() (*gpu.MIG, error) {
 		}
 		m.Devices = append(m.Devices, gpu.MIGDevice{
 			Slot: inst.slot, Size: inst.size, Profile: inst.profile, UUID: uuid, MemoryMiB: int64(dm.Total / (1 << 20)),
+			GI: giID, CI: ciID,
 		})
 	}
 	sort.Slice(m.Devices, func(i, j int) bool { return m.Devices[i].Slot < m.Devices[j].Slot })

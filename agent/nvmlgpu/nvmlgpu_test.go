@@ -345,7 +345,7 @@ func TestMIGDiscovery(t *testing.T) {
 	}
 	if m := got[1]; m == nil || !m.Enabled || m.Slices != 8 || len(m.Devices) != 2 ||
 		m.Devices[0].Slot != 0 || m.Devices[0].Size != 4 || m.Devices[0].Profile != "3g.40gb" ||
-		m.Devices[1].Slot != 4 || m.Devices[1].MemoryMiB != 40192 || !strings.HasPrefix(m.Devices[1].UUID, "MIG-") {
+		m.Devices[1].Slot != 4 || m.Devices[1].MemoryMiB != 40192 || m.Devices[1].GI != 2 || m.Devices[1].CI != 0 || !strings.HasPrefix(m.Devices[1].UUID, "MIG-") {
 		t.Errorf("GPU 1 MIG = %+v, want enabled, 8 slices, 3g.40gb at slots 0 and 4", m)
 	}
 	var profiles []string
