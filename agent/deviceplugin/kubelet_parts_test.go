@@ -197,4 +197,3 @@ func TestSharedPodGetsItsGPUAndLimits(t *testing.T) {
 		t.Fatal("a Shared pod without an allocation was admitted")
 	}
 }
-

@@ -176,11 +176,11 @@ func TestDiscoverMockTopologies(t *testing.T) {
 		product string
 		want    []want
 	}{
-		mock.DGXA100: {"NVIDIA A100-SXM4-80GB", repeat(8, want{g0, 600, true})},
-		mock.DGXH100: {"NVIDIA H100 80GB HBM3", repeat(8, want{g0, 900, true})},
+		mock.DGXA100:   {"NVIDIA A100-SXM4-80GB", repeat(8, want{g0, 600, true})},
+		mock.DGXH100:   {"NVIDIA H100 80GB HBM3", repeat(8, want{g0, 900, true})},
 		"dgx-h100-mig": {"NVIDIA H100 80GB HBM3", repeat(8, want{g0, 900, true})},
-		"dgx-h200":   {"NVIDIA H200", repeat(8, want{g0, 900, true})},
-		mock.DGXB200: {"NVIDIA B200", repeat(8, want{g0, 1800, true})},
+		"dgx-h200":     {"NVIDIA H200", repeat(8, want{g0, 900, true})},
+		mock.DGXB200:   {"NVIDIA B200", repeat(8, want{g0, 1800, true})},
 		mock.PCIeNVLinkPairs: {"NVIDIA A100 80GB PCIe", []want{
 			{g0, 600, true}, {g0, 600, true}, {g1, 600, true}, {g1, 600, true},
 			{g2, 600, true}, {g2, 600, true}, {g3, 600, true}, {g3, 600, true},
