@@ -89,9 +89,13 @@ func (c *Ledger) GangPlanOn(members []GangMember, oldest time.Time, on []string,
 			continue // the summary and the allocator disagree: count the member as not fitting
 		}
 		for i := range n.GPUs {
-			if slices.Contains(res.IDs, n.GPUs[i].ID) {
+			if j := slices.Index(res.IDs, n.GPUs[i].ID); j >= 0 {
 				if m.Req.Exclusivity == allocator.Shared {
 					n.GPUs[i].SharedHolders++
+					if j < len(res.Shares) {
+						n.GPUs[i].SharedMemoryMiB += res.Shares[j].MemoryMiB
+						n.GPUs[i].SharedComputePercent += res.Shares[j].ComputePercent
+					}
 				} else {
 					n.GPUs[i].ExclusiveHolder = "gang"
 				}

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -59,4 +61,54 @@ func Judge(l *Ledger, node string, self types.UID, reqKey string, req allocator.
 		return res, &Verdict{Reason: err.Error(), Err: err}
 	}
 	return res, nil
+}
+
+// CapsRuledOut names the caps of a Shared request's share (memory, compute, sharers) that keep
+// it off the nodes fresh since oldest (and kept by keep) that would take it without them: how
+// many nodes, how many of their GPUs each cap refused, and one refusal's numbers. Empty when
+// the request states no share and no sharer bound, or no node was refused for them alone.
+func (c *Ledger) CapsRuledOut(req *allocator.Request, oldest time.Time, keep func(node string) bool) string {
+	if req.Exclusivity != allocator.Shared || (req.Share == (allocator.Share{}) && req.MaxSharers == 0) {
+		return ""
+	}
+	uncapped := *req
+	uncapped.Share, uncapped.MaxSharers = allocator.Share{}, 0
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	nodes := 0
+	gpus := map[string]int{}
+	detail := ""
+	for _, g := range c.shapes {
+		if g.sum.fits(&uncapped) == FitNone || g.sum.fits(req) != FitNone {
+			continue
+		}
+		for name, e := range g.nodes {
+			if e.heartbeat.Before(oldest) || !keep(name) {
+				continue
+			}
+			nodes++
+			for i := range e.view.GPUs {
+				gpu := &e.view.GPUs[i]
+				if gpu.Health != allocator.Healthy || gpu.ExclusiveHolder != "" {
+					continue
+				}
+				if cause, why := allocator.ShareCap(gpu, req.Share, req.MaxSharers); cause != "" {
+					gpus[cause]++
+					if detail == "" {
+						detail = "node " + name + ": " + why
+					}
+				}
+			}
+		}
+	}
+	if nodes == 0 {
+		return ""
+	}
+	var causes []string
+	for _, cause := range []string{allocator.CapMemory, allocator.CapCompute, allocator.CapSharers} {
+		if n := gpus[cause]; n > 0 {
+			causes = append(causes, fmt.Sprintf("%d GPUs at the %s cap", n, cause))
+		}
+	}
+	return fmt.Sprintf("; %d nodes have shareable GPUs but none with room for its share (%s; %s)", nodes, strings.Join(causes, ", "), detail)
 }

@@ -30,6 +30,9 @@ const (
 type hold struct {
 	sources Source
 	shared  bool
+	// share is what a Shared holder reserves of the GPU (zero: stated none, or not known
+	// from any source yet).
+	share allocator.Resolved
 }
 
 type gpuRef struct {
@@ -86,6 +89,10 @@ const maxPlacementShapes = 32
 type islandSummary struct {
 	free, shareable       []int
 	minFree, minShareable int
+	// rooms are the shareable GPUs' capacities and reserved shares, in the order of
+	// shareable, so that a Shared request with a share or a sharer bound is judged by its caps
+	// exactly as the allocator judges it.
+	rooms []allocator.GPU
 }
 
 type nodeSummary struct {
@@ -130,6 +137,8 @@ func (e *nodeEntry) recompute() {
 		}
 		is := &e.sum.islands[j]
 		is.shareable = append(is.shareable, g.BandwidthGBps)
+		v, _ := e.view.GPU(g.ID)
+		is.rooms = append(is.rooms, allocator.GPU{ID: g.ID, MemoryMiB: g.MemoryMiB, SharedHolders: v.SharedHolders, SharedMemoryMiB: v.SharedMemoryMiB, SharedComputePercent: v.SharedComputePercent})
 		if !shared {
 			is.free = append(is.free, g.BandwidthGBps)
 		}
@@ -138,6 +147,18 @@ func (e *nodeEntry) recompute() {
 		is := &e.sum.islands[i]
 		is.minFree, is.minShareable = minOf(is.free), minOf(is.shareable)
 	}
+}
+
+// underCaps is the bandwidths of the island's shareable GPUs that req's share and sharer bound
+// fit (allocator.ShareCap), and the lowest of them.
+func (is *islandSummary) underCaps(req *allocator.Request) ([]int, int) {
+	var out []int
+	for k := range is.rooms {
+		if cause, _ := allocator.ShareCap(&is.rooms[k], req.Share, req.MaxSharers); cause == "" {
+			out = append(out, is.shareable[k])
+		}
+	}
+	return out, minOf(out)
 }
 
 func minOf(xs []int) int {
@@ -167,6 +188,8 @@ func (e *nodeEntry) applyHoldsExcept(skip func(types.UID) bool) *allocator.Node 
 			}
 			if h.shared {
 				g.SharedHolders++
+				g.SharedMemoryMiB += h.share.MemoryMiB
+				g.SharedComputePercent += h.share.ComputePercent
 			} else {
 				g.ExclusiveHolder = string(uid)
 			}
@@ -212,6 +235,9 @@ func (s *nodeSummary) fitsWithFree(req *allocator.Request) (Fit, room) {
 		bws, lowest := s.islands[i].free, s.islands[i].minFree
 		if req.Exclusivity == allocator.Shared {
 			bws, lowest = s.islands[i].shareable, s.islands[i].minShareable
+			if req.Share != (allocator.Share{}) || req.MaxSharers > 0 {
+				bws, lowest = s.islands[i].underCaps(req)
+			}
 		}
 		n, atBW := len(bws), len(bws)
 		if lowest < req.MinBandwidthGBps {
@@ -289,6 +315,15 @@ func (s *nodeSummary) shapeKey() string {
 		slices.Sort(f)
 		slices.Sort(sh)
 		islands[i] = fmt.Sprint(f, sh)
+		if len(is.rooms) > 0 {
+			// Shared GPUs with different reserved shares fit different requests.
+			rooms := make([]string, len(is.rooms))
+			for k, r := range is.rooms {
+				rooms[k] = fmt.Sprintf("%d/%d/%d/%d/%d", is.shareable[k], r.MemoryMiB, r.SharedMemoryMiB, r.SharedComputePercent, r.SharedHolders)
+			}
+			slices.Sort(rooms)
+			islands[i] += fmt.Sprint(rooms)
+		}
 	}
 	slices.Sort(islands)
 	return strings.Join(islands, "|")
@@ -298,7 +333,7 @@ func (s *nodeSummary) shapeKey() string {
 func (s *nodeSummary) clone() nodeSummary {
 	out := nodeSummary{islands: make([]islandSummary, len(s.islands))}
 	for i, is := range s.islands {
-		out.islands[i] = islandSummary{free: slices.Clone(is.free), shareable: slices.Clone(is.shareable), minFree: is.minFree, minShareable: is.minShareable}
+		out.islands[i] = islandSummary{free: slices.Clone(is.free), shareable: slices.Clone(is.shareable), minFree: is.minFree, minShareable: is.minShareable, rooms: slices.Clone(is.rooms)}
 	}
 	return out
 }
@@ -478,6 +513,7 @@ func NodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
 			Island:             d.Island,
 			BandwidthGBps:      int(d.BandwidthGBps),
 			UtilizationPercent: -1,
+			MemoryMiB:          max(0, d.MemoryMiB),
 		}
 		switch d.Health {
 		case apiv1.Healthy:
@@ -575,7 +611,7 @@ func (e *nodeEntry) holdsPod(uid types.UID) bool {
 // RequestKey identifies a request's shape: requests with the same key get the same placement
 // on the same node view.
 func RequestKey(r *allocator.Request) string {
-	return fmt.Sprintf("%d/%d/%d/%d/%d/%v/%v", r.Count, r.Policy, r.Exclusivity, r.Topology, r.MinBandwidthGBps, r.PreferIDs, r.Pinned)
+	return fmt.Sprintf("%d/%d/%d/%d/%d/%v/%v/%v/%d", r.Count, r.Policy, r.Exclusivity, r.Topology, r.MinBandwidthGBps, r.PreferIDs, r.Pinned, r.Share, r.MaxSharers)
 }
 
 // Candidate is a node that can serve a request, and its room for it.
@@ -638,14 +674,31 @@ func (c *Ledger) Add(uid types.UID, node string, ids []int, shared bool, src Sou
 	c.addLocked(uid, node, ids, shared, src)
 }
 
+// AddShare records that Shared pod uid holds GPUs ids on node with share (resolved against
+// each GPU), for the given source. A zero share leaves a share another source recorded.
+func (c *Ledger) AddShare(uid types.UID, node string, ids []int, share allocator.Resolved, src Source) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	shares := make([]allocator.Resolved, len(ids))
+	for i := range shares {
+		shares[i] = share
+	}
+	c.addSharesLocked(uid, node, ids, true, shares, src)
+}
+
 func (c *Ledger) addLocked(uid types.UID, node string, ids []int, shared bool, src Source) {
+	c.addSharesLocked(uid, node, ids, shared, nil, src)
+}
+
+// addSharesLocked is addLocked with each GPU's share (shares[i] for ids[i]; nil: none known).
+func (c *Ledger) addSharesLocked(uid types.UID, node string, ids []int, shared bool, shares []allocator.Resolved, src Source) {
 	e := c.entry(node)
 	refs := c.byPod[uid]
 	if refs == nil {
 		refs = map[gpuRef]bool{}
 		c.byPod[uid] = refs
 	}
-	for _, id := range ids {
+	for i, id := range ids {
 		m := e.holds[id]
 		if m == nil {
 			m = map[types.UID]*hold{}
@@ -657,6 +710,9 @@ func (c *Ledger) addLocked(uid types.UID, node string, ids []int, shared bool, s
 			m[uid] = h
 		}
 		h.sources |= src
+		if i < len(shares) && shares[i] != (allocator.Resolved{}) {
+			h.share = shares[i]
+		}
 		refs[gpuRef{node, id}] = true
 	}
 	e.recompute()
@@ -746,7 +802,7 @@ func (c *Ledger) Reserve(uid types.UID, claimKey, node string, req allocator.Req
 	if err != nil {
 		return allocator.Result{}, err
 	}
-	c.addLocked(uid, node, res.IDs, req.Exclusivity == allocator.Shared, FromReservation)
+	c.addSharesLocked(uid, node, res.IDs, req.Exclusivity == allocator.Shared, res.Shares, FromReservation)
 	if old, ok := c.claims[claimKey]; ok && old != uid {
 		delete(c.claimOf, old)
 	}

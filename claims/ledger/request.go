@@ -37,10 +37,19 @@ func RequestFor(claim *apiv1.GpuClaim) (allocator.Request, error) {
 		req.Exclusivity = allocator.Exclusive
 	case apiv1.Shared:
 		req.Exclusivity = allocator.Shared
+		if sh := d.Share; sh != nil {
+			req.Share = allocator.Share{MemoryMiB: sh.MemoryMiB, MemoryPercent: int(sh.MemoryPercent), ComputePercent: int(sh.ComputePercent)}
+			if err := checkShare(sh); err != nil {
+				return req, err
+			}
+		}
 	case apiv1.MIG:
 		return req, fmt.Errorf("spec.devices.exclusivity MIG is not supported yet; use Exclusive or Shared")
 	default:
 		return req, fmt.Errorf("spec.devices.exclusivity %q is not one of Exclusive, Shared", d.Exclusivity)
+	}
+	if d.Share != nil && req.Exclusivity != allocator.Shared {
+		return req, fmt.Errorf("spec.devices.share is only for exclusivity Shared, got %s", d.Exclusivity)
 	}
 	if t := claim.Spec.Topology; t != nil {
 		switch t.Mode {
@@ -69,6 +78,23 @@ func RequestFor(claim *apiv1.GpuClaim) (allocator.Request, error) {
 		return req, fmt.Errorf("spec: %w", err)
 	}
 	return req, nil
+}
+
+// checkShare names what is wrong with a share the CRD schema would have refused.
+func checkShare(sh *apiv1.GPUShare) error {
+	switch {
+	case sh.MemoryMiB < 0 || sh.MemoryMiB > 1<<20:
+		return fmt.Errorf("spec.devices.share.memoryMiB must be between 1 and %d, got %d", 1<<20, sh.MemoryMiB)
+	case sh.MemoryPercent < 0 || sh.MemoryPercent > 100:
+		return fmt.Errorf("spec.devices.share.memoryPercent must be between 1 and 100, got %d", sh.MemoryPercent)
+	case sh.ComputePercent < 0 || sh.ComputePercent > 100:
+		return fmt.Errorf("spec.devices.share.computePercent must be between 1 and 100, got %d", sh.ComputePercent)
+	case sh.MemoryMiB > 0 && sh.MemoryPercent > 0:
+		return fmt.Errorf("spec.devices.share states memory twice: memoryMiB %d and memoryPercent %d; state one", sh.MemoryMiB, sh.MemoryPercent)
+	case sh.MemoryMiB == 0 && sh.MemoryPercent == 0 && sh.ComputePercent == 0:
+		return fmt.Errorf("spec.devices.share states nothing: set memoryMiB, memoryPercent or computePercent")
+	}
+	return nil
 }
 
 // SelectorMatches reports whether a node carries every label the claim selects on.
