@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +33,9 @@ type devicePluginOptions struct {
 	pluginDir    string
 	cdiDir       string
 	allowOthers  bool
+	// sharedReplicas is how many gpu.scheduling/gpu-shared devices each GPU is advertised as;
+	// 0: no Shared plugin.
+	sharedReplicas int
 }
 
 // startDevicePlugin serves the kubelet device-plugin API on this node when the node carries
@@ -59,30 +64,53 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpu-agent", Host: o.nodeName})
 	// Events about a Node are filed under its name and UID, as the kubelet's are.
 	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: node.Name, UID: types.UID(node.Name)}
-	p, err := deviceplugin.New(deviceplugin.Config{
-		NodeName: o.nodeName, ResourceName: o.devicePlugin.resourceName, PluginDir: o.devicePlugin.pluginDir,
-		CDIDir: o.devicePlugin.cdiDir, Pods: pods.Lister(), SchedulerName: o.schedulerName,
-		Node: func() (*corev1.Node, error) {
-			n, err := nodes.Get(o.nodeName)
-			if apierrors.IsNotFound(err) {
-				return node, nil // the node informer has not synced yet: the node as read at start
-			}
-			return n, err
-		},
-		AllowOtherGPUPlugins: o.devicePlugin.allowOthers,
-		OnRefusal: func(reason string) {
-			if reason != "" {
-				recorder.Event(nodeRef, corev1.EventTypeWarning, "GPUDevicePluginRefused",
-					"gpu-agent does not serve "+o.devicePlugin.resourceName+": "+reason)
-			} else {
-				recorder.Event(nodeRef, corev1.EventTypeNormal, "GPUDevicePluginServing",
-					"gpu-agent serves "+o.devicePlugin.resourceName+": no other GPU device plugin on the node")
-			}
-		},
-	})
+	// One plugin per resource: whole GPUs, Shared replicas, and one per MIG profile the node
+	// has (started when the layout first shows it).
+	newPlugin := func(mode deviceplugin.Mode, profile, resource string) (*deviceplugin.Plugin, error) {
+		return deviceplugin.New(deviceplugin.Config{
+			NodeName: o.nodeName, ResourceName: resource, Mode: mode, MIGProfile: profile, Replicas: o.devicePlugin.sharedReplicas,
+			PluginDir: o.devicePlugin.pluginDir,
+			CDIDir:    o.devicePlugin.cdiDir, Pods: pods.Lister(), SchedulerName: o.schedulerName,
+			Node: func() (*corev1.Node, error) {
+				n, err := nodes.Get(o.nodeName)
+				if apierrors.IsNotFound(err) {
+					return node, nil // the node informer has not synced yet: the node as read at start
+				}
+				return n, err
+			},
+			AllowOtherGPUPlugins: o.devicePlugin.allowOthers,
+			OnRefusal: func(reason string) {
+				if resource == "" {
+					resource = deviceplugin.MIGResourceName(profile)
+				}
+				if reason != "" {
+					recorder.Event(nodeRef, corev1.EventTypeWarning, "GPUDevicePluginRefused",
+						"gpu-agent does not serve "+resource+": "+reason)
+				} else {
+					recorder.Event(nodeRef, corev1.EventTypeNormal, "GPUDevicePluginServing",
+						"gpu-agent serves "+resource+": no other GPU device plugin on the node")
+				}
+			},
+		})
+	}
+	p, err := newPlugin(deviceplugin.ModeGPU, "", o.devicePlugin.resourceName)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	plugins := []*deviceplugin.Plugin{p}
+	if o.devicePlugin.sharedReplicas > 0 {
+		shared, err := newPlugin(deviceplugin.ModeShared, "", deviceplugin.SharedResourceName)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		plugins = append(plugins, shared)
+		if path, err := exec.LookPath("nvidia-cuda-mps-control"); err == nil {
+			logger.Info("Shared GPUs: the agent does not start MPS control daemons; shares are enforced only where MPS runs for the GPU (docs/sharing.md)", "mpsControl", path)
+		} else {
+			logger.Info("Shared GPUs: nvidia-cuda-mps-control is not on this node, so shares are accounted only: nothing on the GPU enforces the memory and compute limits the pods are told (docs/sharing.md)")
+		}
+	}
+	migPlugins := map[string]*deviceplugin.Plugin{}
 	pods.Informer() // registered before Start
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
@@ -90,12 +118,20 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 			return nil, nil, nil, fmt.Errorf("device plugin: syncing the pods of node %q (%v) failed", o.nodeName, typ)
 		}
 	}
+	run := func(p *deviceplugin.Plugin) {
+		go func() {
+			if err := p.Run(ctx); err != nil {
+				logger.Error(err, "Kubelet device plugin stopped")
+			}
+		}()
+	}
 	go func() {
-		defer broadcaster.Shutdown()
-		if err := p.Run(ctx); err != nil {
-			logger.Error(err, "Kubelet device plugin stopped")
-		}
+		<-ctx.Done()
+		broadcaster.Shutdown()
 	}()
+	for _, p := range plugins {
+		run(p)
+	}
 	// The agent calls both hooks from its loop; the lock only keeps the race detector honest.
 	var mu sync.Mutex
 	var inventory []topology.Device
@@ -107,14 +143,38 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 	onDevices := func(devs []apiv1.Device) {
 		mu.Lock()
 		inv := inventory
+		gpus := deviceplugin.FromStatus(devs, inv)
+		for _, g := range gpus {
+			for _, m := range g.MIG {
+				if migPlugins[m.Profile] != nil {
+					continue
+				}
+				mp, err := newPlugin(deviceplugin.ModeMIG, m.Profile, "")
+				if err != nil {
+					logger.Error(err, "Starting the device plugin of a MIG profile failed", "profile", m.Profile)
+					continue
+				}
+				migPlugins[m.Profile] = mp
+				plugins = append(plugins, mp)
+				run(mp)
+			}
+		}
+		all := slices.Clone(plugins)
 		mu.Unlock()
-		if err := p.SetGPUs(deviceplugin.FromStatus(devs, inv)); err != nil {
-			logger.Error(err, "Updating the device plugin's GPUs failed", "node", o.nodeName)
+		for _, p := range all {
+			if err := p.SetGPUs(gpus); err != nil {
+				logger.Error(err, "Updating the device plugin's GPUs failed", "node", o.nodeName)
+			}
 		}
 	}
 	ready := func() error {
-		if r := p.Refusal(); r != "" {
-			return errors.New("not serving the kubelet device plugin: " + r)
+		mu.Lock()
+		all := slices.Clone(plugins)
+		mu.Unlock()
+		for _, p := range all {
+			if r := p.Refusal(); r != "" {
+				return errors.New("not serving the kubelet device plugin: " + r)
+			}
 		}
 		return nil
 	}

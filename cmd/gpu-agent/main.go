@@ -95,6 +95,7 @@ func main() {
 	fs.StringVar(&o.devicePlugin.resourceName, "resource-name", deviceplugin.DefaultResourceName, "Extended resource the device plugin serves; the webhook and the chart must use the same.")
 	fs.BoolVar(&o.devicePlugin.allowOthers, "allow-other-gpu-plugins", false, "Serve the device plugin even while another GPU device plugin (NVIDIA's: nvidia.com/gpu in the node's capacity, or its socket in --device-plugin-dir) serves the node. Only where the node's GPUs are split between the plugins: two plugins serving one GPU hand it out twice. Without it the agent does not serve the device plugin there, is not ready, and says why (log, Event on the Node).")
 	fs.StringVar(&o.devicePlugin.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "The kubelet's device-plugin directory (holds kubelet.sock).")
+	fs.IntVar(&o.devicePlugin.sharedReplicas, "max-sharers", deviceplugin.DefaultReplicas, "With the device plugin: each GPU not in MIG mode is also advertised as this many "+deviceplugin.SharedResourceName+" devices, one per pod of a Shared claim that shares it (the scheduler's own bound, maxSharersPerGPU, should not exceed it). 0: Shared claims are not served through the device plugin.")
 	fs.StringVar(&o.devicePlugin.cdiDir, "cdi-dir", "/var/run/cdi", "Where the CDI spec of the node's GPUs is written; empty: none.")
 	flag.Parse()
 	flagSet := false
