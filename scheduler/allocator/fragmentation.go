@@ -79,9 +79,9 @@ func NodeFragmentation(free []int, demand []WeightedShape) float64 {
 }
 
 // FreeMilli is the milli-GPU of each healthy GPU of the node not yet taken: none for one held
-// exclusively or by Shared pods, whose share the model does not carry (an uncapped Shared
-// holder may use the whole GPU), a whole GPU otherwise. Unhealthy GPUs serve nobody and are
-// left out. IDs are the GPU IDs in the same order.
+// exclusively; for one with Shared holders, what their compute shares leave (none when they
+// reserve no compute: a holder without a compute share may use all of it); a whole GPU
+// otherwise. Unhealthy GPUs serve nobody and are left out. IDs are the GPU IDs in the same order.
 func FreeMilli(n *Node) (ids, free []int) {
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
@@ -89,8 +89,13 @@ func FreeMilli(n *Node) (ids, free []int) {
 			continue
 		}
 		f := FullMilli
-		if g.ExclusiveHolder != "" || g.SharedHolders > 0 {
+		switch {
+		case g.ExclusiveHolder != "":
 			f = 0
+		case g.SharedHolders > 0 && g.SharedComputePercent <= 0:
+			f = 0
+		case g.SharedHolders > 0:
+			f = max(0, FullMilli-g.SharedComputePercent*FullMilli/100)
 		}
 		ids = append(ids, g.ID)
 		free = append(free, f)

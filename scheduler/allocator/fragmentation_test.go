@@ -3,6 +3,7 @@ package allocator
 import (
 	"maps"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -97,10 +98,15 @@ func TestFragmentationAgainstBinpackWholeGPUs(t *testing.T) {
 }
 
 func TestFreeMilli(t *testing.T) {
-	n := &Node{GPUs: []GPU{{ID: 0}, {ID: 1, ExclusiveHolder: "p"}, {ID: 2, SharedHolders: 2}, {ID: 3, Health: Unhealthy}}}
+	n := &Node{GPUs: []GPU{{ID: 0}, {ID: 1, ExclusiveHolder: "p"}, {ID: 2, SharedHolders: 2}, {ID: 3, Health: Unhealthy},
+		{ID: 4, SharedHolders: 2, SharedComputePercent: 70}}}
 	ids, free := FreeMilli(n)
-	if len(ids) != 3 || ids[2] != 2 || free[0] != 1000 || free[1] != 0 || free[2] != 0 {
-		t.Fatalf("FreeMilli = %v, %v", ids, free)
+	if want := []int{0, 1, 2, 4}; !slices.Equal(ids, want) {
+		t.Fatalf("FreeMilli IDs %v, want %v", ids, want)
+	}
+	// Shared holders that reserve no compute may use all of it; 70 % reserved leaves 300.
+	if want := []int{1000, 0, 0, 300}; !slices.Equal(free, want) {
+		t.Fatalf("FreeMilli = %v, want %v", free, want)
 	}
 }
 
@@ -111,5 +117,21 @@ func TestFragmentationScoresRange(t *testing.T) {
 	}
 	if s := FragmentationScores(map[string]float64{"a": 3, "b": 3}); s["a"] != 100 || s["b"] != 100 {
 		t.Fatalf("equal deltas: %v", s)
+	}
+}
+
+// A 30 % share fits exactly on a GPU whose sharers reserve 70 % of its compute: placed there it
+// removes a remainder no half-GPU or whole-GPU task could use; on a free GPU it would leave 700
+// that no whole-GPU task can use.
+func TestFragmentationFillsSharedRemainder(t *testing.T) {
+	demand := []WeightedShape{{Shape{500, 1}, 1}, {Shape{1000, 1}, 1}}
+	shared := &Node{Name: "a", GPUs: []GPU{{ID: 0, SharedHolders: 2, SharedComputePercent: 70, UtilizationPercent: -1}}}
+	free := &Node{Name: "b", GPUs: []GPU{{ID: 0, UtilizationPercent: -1}}}
+	ids, f := FreeMilli(shared)
+	da := FragmentationDelta(ids, f, []int{0}, 300, demand)
+	ids, f = FreeMilli(free)
+	db := FragmentationDelta(ids, f, []int{0}, 300, demand)
+	if da != -300 || db != 350 {
+		t.Fatalf("deltas: onto the shared GPU %v (want -300), onto the free one %v (want 350)", da, db)
 	}
 }
