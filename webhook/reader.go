@@ -119,9 +119,48 @@ func (r *ClusterReader) Start(ctx context.Context, timeout time.Duration) error 
 
 // Count is a GPUCounter: the pod's GPU count from its GpuClaim, or from the GpuClaimTemplate
 // its claim will be made from (the claim may not exist yet when the pod is created). Shared and
-// MIG claims are refused either way: the kubelet hands a device to one container at a time, so
-// GPUs shared by several pods cannot go through the device plugin (docs/node.md, Limits).
+// MIG claims are refused: their pods ask for other resources (Request), which a counter of
+// whole GPUs cannot say (the Job webhook's).
 func (r *ClusterReader) Count(ctx context.Context, pod *corev1.Pod) (int32, bool, error) {
+	spec, what, ok, err := r.claimSpec(ctx, pod)
+	if err != nil || !ok {
+		return 0, ok, err
+	}
+	if e := spec.Devices.Exclusivity; e != "" && e != gpuv1.Exclusive {
+		return 0, false, fmt.Errorf("%s.exclusivity %s is not supported here with the device plugin (--resource-name); use Exclusive", what, e)
+	}
+	return spec.Devices.Count, true, nil
+}
+
+// Request is a GPURequester: the device-plugin resource and count the pod's claim asks for
+// (read as Count reads it): whole GPUs of the webhook's resource for an Exclusive claim, one
+// gpu.scheduling/gpu-shared per GPU for a Shared claim, and count MIG devices of the claim's
+// profile (gpu.scheduling/mig-<profile>) for a MIG claim.
+func (r *ClusterReader) Request(ctx context.Context, pod *corev1.Pod) (GPURequest, bool, error) {
+	spec, what, ok, err := r.claimSpec(ctx, pod)
+	if err != nil || !ok {
+		return GPURequest{}, ok, err
+	}
+	d := spec.Devices
+	switch d.Exclusivity {
+	case "", gpuv1.Exclusive:
+		return GPURequest{Count: d.Count}, true, nil
+	case gpuv1.Shared:
+		return GPURequest{Resource: gpuv1.SharedResourceName, Count: d.Count}, true, nil
+	case gpuv1.MIG:
+		if d.MigProfile == "" {
+			return GPURequest{}, false, fmt.Errorf("%s.migProfile is empty: a MIG claim names its profile, such as 1g.10gb", what)
+		}
+		return GPURequest{Resource: corev1.ResourceName(gpuv1.MIGResourceName(d.MigProfile)), Count: d.Count}, true, nil
+	default:
+		return GPURequest{}, false, fmt.Errorf("%s.exclusivity %q is not one of Exclusive, Shared, MIG", what, d.Exclusivity)
+	}
+}
+
+// claimSpec reads the claim spec of pod: its GpuClaim's, the GpuWorkload's it will be made
+// from, or its GpuClaimTemplate's; what names the devices field for messages. ok is false when
+// the pod names no claim.
+func (r *ClusterReader) claimSpec(ctx context.Context, pod *corev1.Pod) (gpuv1.GpuClaimSpec, string, bool, error) {
 	var (
 		spec gpuv1.GpuClaimSpec
 		what string
@@ -140,11 +179,11 @@ func (r *ClusterReader) Count(ctx context.Context, pod *corev1.Pod) (int32, bool
 			// inline claim spec, the one the claim will be made from.
 			gw, werr := r.workloadClaimOf(ctx, pod, claim)
 			if werr != nil {
-				return 0, false, fmt.Errorf("metadata.annotations[%s]: GpuClaim %s/%s: %w", gpuv1.AnnotationClaim, pod.Namespace, claim, werr)
+				return gpuv1.GpuClaimSpec{}, "", false, fmt.Errorf("metadata.annotations[%s]: GpuClaim %s/%s: %w", gpuv1.AnnotationClaim, pod.Namespace, claim, werr)
 			}
 			spec, what = *gw.Spec.Claim.Spec, fmt.Sprintf("GpuWorkload %s/%s: spec.claim.spec.devices", pod.Namespace, gw.Name)
 		default:
-			return 0, false, fmt.Errorf("metadata.annotations[%s]: GpuClaim %s/%s: %w", gpuv1.AnnotationClaim, pod.Namespace, claim, err)
+			return gpuv1.GpuClaimSpec{}, "", false, fmt.Errorf("metadata.annotations[%s]: GpuClaim %s/%s: %w", gpuv1.AnnotationClaim, pod.Namespace, claim, err)
 		}
 	} else if tmpl, ok := claims.Template(pod); ok {
 		t, err := cachedOrGet(ctx, func() (*gpuv1.GpuClaimTemplate, error) { return r.templates.GpuClaimTemplates(pod.Namespace).Get(tmpl) },
@@ -152,16 +191,13 @@ func (r *ClusterReader) Count(ctx context.Context, pod *corev1.Pod) (int32, bool
 				return r.gpus.GpuV1().GpuClaimTemplates(pod.Namespace).Get(ctx, tmpl, metav1.GetOptions{})
 			})
 		if err != nil {
-			return 0, false, fmt.Errorf("metadata.annotations[%s]: GpuClaimTemplate %s/%s: %w", gpuv1.AnnotationClaimTemplate, pod.Namespace, tmpl, err)
+			return gpuv1.GpuClaimSpec{}, "", false, fmt.Errorf("metadata.annotations[%s]: GpuClaimTemplate %s/%s: %w", gpuv1.AnnotationClaimTemplate, pod.Namespace, tmpl, err)
 		}
 		spec, what = t.Spec.Spec, fmt.Sprintf("GpuClaimTemplate %s/%s: spec.spec.devices", pod.Namespace, tmpl)
 	} else {
-		return 0, false, nil
+		return gpuv1.GpuClaimSpec{}, "", false, nil
 	}
-	if e := spec.Devices.Exclusivity; e != "" && e != gpuv1.Exclusive {
-		return 0, false, fmt.Errorf("%s.exclusivity %s is not supported with the device plugin (--resource-name); use Exclusive", what, e)
-	}
-	return spec.Devices.Count, true, nil
+	return spec, what, true, nil
 }
 
 // workloadClaimOf returns the GpuWorkload that controls pod when the pod's missing claim is the

@@ -15,6 +15,17 @@ import (
 // GpuClaimTemplate it names). ok is false when the pod names neither.
 type GPUCounter func(ctx context.Context, pod *corev1.Pod) (count int32, ok bool, err error)
 
+// GPURequest is the device-plugin resource a claim pod asks for and how many: Resource empty
+// is ResourceConfig.Name (whole GPUs).
+type GPURequest struct {
+	Resource corev1.ResourceName
+	Count    int32
+}
+
+// GPURequester reads the resource and count of a pod's claim; ok is false when the pod names
+// no claim.
+type GPURequester func(ctx context.Context, pod *corev1.Pod) (req GPURequest, ok bool, err error)
+
 // ResourceConfig turns on the kubelet-facing side of the webhook (docs/node.md): our pods
 // request the GPU resource the agent's device plugin serves, so that the kubelet and
 // ResourceQuota count them, and pods may not reach GPUs around the device plugin.
@@ -23,6 +34,9 @@ type ResourceConfig struct {
 	Name corev1.ResourceName
 	// Count reads the pod's GPU count. Required with Name.
 	Count GPUCounter
+	// Request, when set, is used for pods instead of Count: it also names the resource of a
+	// Shared or MIG claim (gpu.scheduling/gpu-shared, gpu.scheduling/mig-<profile>).
+	Request GPURequester
 	// ForbidsPrivileged tells whether a namespace forbids privileged GPU pods (its
 	// LabelForbidPrivileged label). Nil: no namespace does.
 	ForbidsPrivileged func(ctx context.Context, namespace string) (bool, error)
@@ -31,7 +45,17 @@ type ResourceConfig struct {
 // mutateResource applies ResourceConfig to a pod being created: it checks the pod's device
 // access and returns the patch adding the GPU resource. A pod that names no claim is left alone.
 func (rc *ResourceConfig) mutateResource(ctx context.Context, pod *corev1.Pod) ([]PatchOp, error) {
-	count, ok, err := rc.Count(ctx, pod)
+	req := GPURequest{Resource: rc.Name}
+	var ok bool
+	var err error
+	if rc.Request != nil {
+		req, ok, err = rc.Request(ctx, pod)
+		if req.Resource == "" {
+			req.Resource = rc.Name
+		}
+	} else {
+		req.Count, ok, err = rc.Count(ctx, pod)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +71,7 @@ func (rc *ResourceConfig) mutateResource(ctx context.Context, pod *corev1.Pod) (
 	if err := CheckDeviceAccess(pod, forbid); err != nil {
 		return nil, err
 	}
-	return ResourcePatch(pod, rc.Name, count)
+	return ResourcePatch(pod, req.Resource, req.Count)
 }
 
 // checkEphemeral checks the ephemeral containers an update of pods/ephemeralcontainers adds to

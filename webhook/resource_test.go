@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -135,6 +136,30 @@ func TestMutateAddsResource(t *testing.T) {
 	other.Annotations = nil
 	if resp, _ := a.Mutate(context.Background(), review(other)); !resp.Allowed || len(resp.Patch) != 0 {
 		t.Fatalf("pod without a claim: allowed %v patch %s; want untouched", resp.Allowed, resp.Patch)
+	}
+}
+
+// TestMutateAddsMIGAndSharedResources: with a Request reader the patch asks for the resource
+// the claim names (a MIG profile's, gpu-shared), not whole GPUs.
+func TestMutateAddsMIGAndSharedResources(t *testing.T) {
+	reqs := map[string]GPURequest{"mig": {Resource: "gpu.scheduling/mig-1g.10gb", Count: 1}, "shared": {Resource: "gpu.scheduling/gpu-shared", Count: 1}}
+	a := &Admitter{Mode: EnvModeNone, Resource: ResourceConfig{Name: gpuRes,
+		Count: func(context.Context, *corev1.Pod) (int32, bool, error) {
+			return 0, false, errors.New("Count must not be used when Request is set")
+		},
+		Request: func(_ context.Context, p *corev1.Pod) (GPURequest, bool, error) {
+			r, ok := reqs[p.Annotations[gpuv1.AnnotationClaim]]
+			return r, ok, nil
+		}}}
+	for claim, want := range map[string]string{"mig": `"gpu.scheduling/mig-1g.10gb":"1"`, "shared": `"gpu.scheduling/gpu-shared":"1"`} {
+		p := claimPod()
+		p.Annotations[gpuv1.AnnotationClaim] = claim
+		raw, _ := json.Marshal(p)
+		resp, _ := a.Mutate(context.Background(), &admissionv1.AdmissionRequest{UID: "u", Kind: podKind, Resource: podsResource, Operation: admissionv1.Create,
+			Namespace: p.Namespace, Name: p.Name, Object: runtime.RawExtension{Raw: raw}})
+		if !resp.Allowed || !strings.Contains(string(resp.Patch), want) || strings.Contains(string(resp.Patch), string(gpuRes)) {
+			t.Errorf("%s claim: allowed %v patch %s %v; want %s only", claim, resp.Allowed, resp.Patch, resp.Result, want)
+		}
 	}
 }
 

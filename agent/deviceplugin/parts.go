@@ -31,17 +31,14 @@ const (
 )
 
 // SharedResourceName is the resource of Shared claims: one per GPU the claim shares.
-const SharedResourceName = "gpu.scheduling/gpu-shared"
+const SharedResourceName = apiv1.SharedResourceName
 
 // DefaultReplicas is how many pods may share one GPU through SharedResourceName unless told
 // otherwise: the kubelet's count, beside the scheduler's own bound (maxSharersPerGPU).
 const DefaultReplicas = 16
 
-// MIGResourceName is the resource of the MIG devices of profile: gpu.scheduling/mig-1g.10gb.
-// A resource name has no "+": a media-extension profile 1g.10gb+me is mig-1g.10gb.me.
-func MIGResourceName(profile string) string {
-	return apiv1.GroupName + "/mig-" + strings.ReplaceAll(profile, "+", ".")
-}
+// MIGResourceName is the resource of the MIG devices of profile (apiv1.MIGResourceName).
+func MIGResourceName(profile string) string { return apiv1.MIGResourceName(profile) }
 
 // MIGDevice is one MIG device of a GPU as the plugin hands it.
 type MIGDevice struct {

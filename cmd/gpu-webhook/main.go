@@ -164,7 +164,7 @@ func newCommand() *cobra.Command {
 					return err
 				}
 				if o.resourceName != "" {
-					o.cfg.Resource = webhook.ResourceConfig{Name: corev1.ResourceName(o.resourceName), Count: reader.Count, ForbidsPrivileged: reader.ForbidsPrivileged}
+					o.cfg.Resource = webhook.ResourceConfig{Name: corev1.ResourceName(o.resourceName), Count: reader.Count, Request: reader.Request, ForbidsPrivileged: reader.ForbidsPrivileged}
 				}
 				if len(o.cfg.SiblingSchedulerNames) > 0 {
 					o.cfg.SiblingPod = reader.SiblingPod
