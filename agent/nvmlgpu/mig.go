@@ -41,10 +41,18 @@ func (d *device) MIG() (*gpu.MIG, error) {
 		if unsupported(ret) || ret == nvml.ERROR_INVALID_ARGUMENT || ret == nvml.ERROR_NOT_FOUND {
 			continue // a profile this GPU does not have
 		}
+		if ret != nvml.SUCCESS && !m.Enabled {
+			// With the mode off the profiles only size the GPU (Slices): a driver that does not
+			// answer then must not fail the discovery of a GPU used whole.
+			return m, nil
+		}
 		if err := check(ret, "read MIG profile %d of GPU %d", p, d.index); err != nil {
 			return nil, err
 		}
 		places, ret := d.dev.GetGpuInstancePossiblePlacements(&info)
+		if ret != nvml.SUCCESS && !m.Enabled {
+			return m, nil
+		}
 		if err := check(ret, "read placements of MIG profile %d of GPU %d", p, d.index); err != nil && !unsupported(ret) {
 			return nil, err
 		}

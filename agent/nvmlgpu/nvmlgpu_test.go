@@ -12,6 +12,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+
 	"github.com/gpu-scheduler/gpu-scheduler/agent/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
@@ -403,5 +405,40 @@ func TestProfileName(t *testing.T) {
 		if got := nvmlgpu.ProfileName(tc.profile, tc.slices, tc.mem, tc.gpu); got != tc.want {
 			t.Errorf("ProfileName(%d, %d, %d MiB of %d MiB) = %q, want %q", tc.profile, tc.slices, tc.mem, tc.gpu/mib, got, tc.want)
 		}
+	}
+}
+
+// TestMIGOnGoNVMLDGXA100: go-nvml's own dgxa100 mock (its MIG profiles and placements, mode
+// off) reads as MIG-capable with 8 slices and no devices; with the mode off the MIG device
+// calls it lacks (GetMaxMigDeviceCount, GetMigDeviceHandleByIndex) are never made.
+func TestMIGOnGoNVMLDGXA100(t *testing.T) {
+	srv := dgxa100.New()
+	if ret := srv.Init(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	d, ret := srv.DeviceGetHandleByIndex(0)
+	if ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	m, err := nvmlgpu.DeviceForTest(d, 0).MIG()
+	if err != nil || m == nil || m.Enabled || m.Slices != 8 || len(m.Devices) != 0 {
+		t.Fatalf("dgxa100 GPU 0 MIG() = %+v, %v; want MIG-capable, mode off, 8 slices", m, err)
+	}
+}
+
+// TestMIGModeOffToleratesProfileErrors: with the mode off, a driver that does not answer the
+// profile queries leaves the GPU MIG-capable without slices instead of failing its discovery.
+func TestMIGModeOffToleratesProfileErrors(t *testing.T) {
+	srv := dgxa100.New()
+	if ret := srv.Init(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	h, _ := srv.DeviceGetHandleByIndex(0)
+	h.(*dgxa100.Device).GetGpuInstanceProfileInfoFunc = func(int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_UNKNOWN
+	}
+	m, err := nvmlgpu.DeviceForTest(h, 0).MIG()
+	if err != nil || m == nil || m.Enabled || m.Slices != 0 {
+		t.Fatalf("MIG() = %+v, %v; want MIG-capable, mode off, no error", m, err)
 	}
 }
