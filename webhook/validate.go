@@ -14,9 +14,10 @@ import (
 // DefaultSchedulerUser is the service account the chart runs the scheduler as.
 const DefaultSchedulerUser = "system:serviceaccount:gpu-scheduler:gpu-scheduler"
 
-// ProtectedAnnotations are written by the scheduler only: they decide which GPUs a pod's
-// containers see, so whoever writes them picks GPUs.
-var ProtectedAnnotations = []string{gpuv1.AnnotationAllocated, gpuv1.AnnotationGPUIDs}
+// ProtectedAnnotations are written by the scheduler only: they decide which GPUs and MIG
+// devices a pod's containers see (the device plugin hands over what they name) and the limits
+// of a shared GPU (the share), so whoever writes them picks GPUs or widens a share.
+var ProtectedAnnotations = []string{gpuv1.AnnotationAllocated, gpuv1.AnnotationGPUIDs, gpuv1.AnnotationMIGDevices, gpuv1.AnnotationShare}
 
 // SchedulerIdentity is who counts as the scheduler: a request is the scheduler's when its
 // user name is one of Users or one of its groups is one of Groups.
@@ -136,6 +137,22 @@ func checkAllocation(annotations map[string]string, node string) error {
 		}
 		if hasAlloc && !slices.Equal(parsed, a.IDs) {
 			return fmt.Errorf("annotation %s=%q does not match annotation %s=%q", gpuv1.AnnotationGPUIDs, ids, gpuv1.AnnotationAllocated, alloc)
+		}
+	}
+	if v, ok := annotations[gpuv1.AnnotationMIGDevices]; ok {
+		refs, err := gpuv1.ParseMIGDevices(v)
+		if err != nil {
+			return fmt.Errorf("annotation %s: %w", gpuv1.AnnotationMIGDevices, err)
+		}
+		for _, r := range refs {
+			if hasAlloc && !slices.Contains(a.IDs, r.GPU) {
+				return fmt.Errorf("annotation %s=%q names GPU %d, which annotation %s=%q does not", gpuv1.AnnotationMIGDevices, v, r.GPU, gpuv1.AnnotationAllocated, alloc)
+			}
+		}
+	}
+	if v, ok := annotations[gpuv1.AnnotationShare]; ok {
+		if _, err := gpuv1.ParseShare(v); err != nil {
+			return fmt.Errorf("annotation %s: %w", gpuv1.AnnotationShare, err)
 		}
 	}
 	return nil

@@ -63,6 +63,8 @@ func TestValidatePodCreate(t *testing.T) {
 			Message: "pod ml/train may not be created with annotation gpu.scheduling/allocated: only the gpu-scheduler sets the GPU allocation, when it binds the pod; name a GpuClaim in annotation gpu.scheduling/claim instead"}},
 		{"both set, even empty", podWith("", annotated(alloc, "", ids, "")), Decision{Reason: ReasonCreate,
 			Message: "pod ml/train may not be created with annotations gpu.scheduling/allocated and gpu.scheduling/gpu-ids: only the gpu-scheduler sets the GPU allocation, when it binds the pod; name a GpuClaim in annotation gpu.scheduling/claim instead"}},
+		{"MIG devices set by the creator", podWith("", annotated(gpuv1.AnnotationMIGDevices, "3:0")), Decision{Reason: ReasonCreate,
+			Message: "pod ml/train may not be created with annotation gpu.scheduling/mig-devices: only the gpu-scheduler sets the GPU allocation, when it binds the pod; name a GpuClaim in annotation gpu.scheduling/claim instead"}},
 		{"generateName", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "job-", Namespace: "ml", Annotations: annotated(ids, "0")}}, Decision{Reason: ReasonCreate,
 			Message: "pod ml/job-* may not be created with annotation gpu.scheduling/gpu-ids: only the gpu-scheduler sets the GPU allocation, when it binds the pod; name a GpuClaim in annotation gpu.scheduling/claim instead"}},
 	}
@@ -99,6 +101,10 @@ func TestValidatePodUpdate(t *testing.T) {
 			Message: `pod ml/train: annotation gpu.scheduling/gpu-ids: GPU ID list "0,x": "x" is not a non-negative integer`}},
 		{"scheduler writes ids that disagree with the allocation", podWith("", annotated()), podWith("", annotated(alloc, "node-a:0,1", ids, "0,2")), schedulerUser, Decision{Reason: ReasonInvalid,
 			Message: `pod ml/train: annotation gpu.scheduling/gpu-ids="0,2" does not match annotation gpu.scheduling/allocated="node-a:0,1"`}},
+		{"user widens a share", podWith("node-a", mergeAnn(bound, gpuv1.AnnotationShare, "memoryMiB=1024")), podWith("node-a", mergeAnn(bound, gpuv1.AnnotationShare, "memoryMiB=81920")), alice, Decision{Reason: ReasonUpdate,
+			Message: `user "alice" may not set, change or remove annotation gpu.scheduling/share on pod ml/train: only the gpu-scheduler writes the GPU allocation`}},
+		{"scheduler writes a malformed share", podWith("", annotated()), podWith("", annotated(gpuv1.AnnotationShare, "memory=1")), schedulerUser, Decision{Reason: ReasonInvalid,
+			Message: `pod ml/train: annotation gpu.scheduling/share: share "memory=1": unknown key "memory"; known keys are memoryMiB, computePercent`}},
 		{"scheduler writes another node than the pod's", podWith("node-b", annotated()), podWith("node-b", bound), schedulerUser, Decision{Reason: ReasonInvalid,
 			Message: `pod ml/train: annotation gpu.scheduling/allocated names node "node-a" but the pod is bound to node "node-b"`}},
 	}
@@ -135,6 +141,10 @@ func TestValidateBinding(t *testing.T) {
 			Message: `user "alice" may not bind pod ml/train with annotations gpu.scheduling/allocated and gpu.scheduling/gpu-ids: only the gpu-scheduler writes the GPU allocation`}},
 		{"user binds with ids only", bindingWith("node-a", map[string]string{ids: "7"}), alice, Decision{Reason: ReasonBinding,
 			Message: `user "alice" may not bind pod ml/train with annotation gpu.scheduling/gpu-ids: only the gpu-scheduler writes the GPU allocation`}},
+		{"user binds with MIG devices", bindingWith("node-a", map[string]string{gpuv1.AnnotationMIGDevices: "3:0"}), alice, Decision{Reason: ReasonBinding,
+			Message: `user "alice" may not bind pod ml/train with annotation gpu.scheduling/mig-devices: only the gpu-scheduler writes the GPU allocation`}},
+		{"scheduler binds MIG devices of a GPU the allocation does not name", bindingWith("node-a", map[string]string{alloc: "node-a:3", ids: "3", gpuv1.AnnotationMIGDevices: "3:0,4:0"}), schedulerUser, Decision{Reason: ReasonInvalid,
+			Message: `binding of pod ml/train: annotation gpu.scheduling/mig-devices="3:0,4:0" names GPU 4, which annotation gpu.scheduling/allocated="node-a:3" does not`}},
 		{"scheduler binds to another node than the allocation names", bindingWith("node-b", map[string]string{alloc: "node-a:0"}), schedulerUser, Decision{Reason: ReasonInvalid,
 			Message: `binding of pod ml/train: annotation gpu.scheduling/allocated names node "node-a" but the pod is bound to node "node-b"`}},
 	}
