@@ -26,6 +26,10 @@ type GPULease struct {
 	GPU     int
 	Shared  bool
 	Holders []types.UID
+	// Shares are a Shared lease's holders' shares (apiv1.AnnotationLeaseShares); a holder
+	// missing from it stated none, or was written by a scheduler before shares. Unreadable
+	// entries count as none.
+	Shares map[types.UID]apiv1.ResolvedShare
 }
 
 // Annotations on a GPU lease that name its pod even when the name is too long for a label
@@ -87,6 +91,13 @@ func ParseGPULease(l *coordinationv1.Lease) (GPULease, bool) {
 		return GPULease{}, false
 	}
 	out := GPULease{Node: node, GPU: id, Shared: l.Labels[apiv1.LabelLeaseShared] == "true"}
+	if v := l.Annotations[apiv1.AnnotationLeaseShares]; out.Shared && v != "" {
+		shares, _ := apiv1.ParseLeaseShares(v)
+		out.Shares = make(map[types.UID]apiv1.ResolvedShare, len(shares))
+		for uid, s := range shares {
+			out.Shares[types.UID(uid)] = s
+		}
+	}
 	// Every GPU lease event of the scheduler's informer comes through here: the holders are
 	// cut out of holderIdentity without a slice of strings in between.
 	for rest, more := *l.Spec.HolderIdentity, true; more; {
@@ -97,6 +108,24 @@ func ParseGPULease(l *coordinationv1.Lease) (GPULease, bool) {
 		}
 	}
 	return out, true
+}
+
+// SetLeaseShares writes the shares of a Shared lease's holders into its
+// apiv1.AnnotationLeaseShares, in the order of holders (a holder without an entry in shares is
+// written 0/0), so that every scheduler joining the GPU sums the same shares.
+func SetLeaseShares(l *coordinationv1.Lease, holders []types.UID, shares map[types.UID]apiv1.ResolvedShare) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	hs := make([]string, len(holders))
+	byUID := make(map[string]apiv1.ResolvedShare, len(shares))
+	for i, h := range holders {
+		hs[i] = string(h)
+	}
+	for uid, s := range shares {
+		byUID[string(uid)] = s
+	}
+	l.Annotations[apiv1.AnnotationLeaseShares] = apiv1.FormatLeaseShares(hs, byUID)
 }
 
 // GPUOf reads the GPU ID from a lease's apiv1.LabelLeaseGPU label; ok is false when it is no

@@ -156,7 +156,7 @@ func ledgerOf(snap *Snapshot) *Ledger {
 		}
 		if ref, ok := claims.ParseGPULease(&snap.Leases[i]); ok {
 			for _, uid := range ref.Holders {
-				l.Add(uid, ref.Node, []int{ref.GPU}, ref.Shared, FromLease)
+				l.AddHold(uid, ref.Node, []int{ref.GPU}, ref.Shared, ref.Shares[uid], FromLease)
 			}
 		} else if node, id, ok := ForeignRef(&snap.Leases[i]); ok {
 			l.Add(ForeignHolder(snap.Leases[i].Name), node, []int{id}, false, FromLease) // foreign.go
@@ -172,7 +172,7 @@ func ledgerOf(snap *Snapshot) *Ledger {
 			continue
 		}
 		if alloc, ok := BoundAllocation(pod); ok {
-			l.Add(pod.UID, alloc.Node, alloc.IDs, shared[claims.Key(pod.Namespace, claimNameOf(pod))], FromPod)
+			l.AddHold(pod.UID, alloc.Node, alloc.IDs, shared[claims.Key(pod.Namespace, claimNameOf(pod))], PodShare(pod), FromPod)
 		}
 	}
 	return l

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -977,4 +978,21 @@ func (c *Ledger) HeldGPUs(node string) int {
 		return len(e.holds)
 	}
 	return 0
+}
+
+// AddHold is Add for a hold whose share is known from a lease or a pod's annotation: a Shared
+// hold records it (AddShare), an Exclusive one has none.
+func (c *Ledger) AddHold(uid types.UID, node string, ids []int, shared bool, share apiv1.ResolvedShare, src Source) {
+	if !shared {
+		c.Add(uid, node, ids, false, src)
+		return
+	}
+	c.AddShare(uid, node, ids, allocator.Resolved{MemoryMiB: share.MemoryMiB, ComputePercent: int(share.ComputePercent)}, src)
+}
+
+// PodShare is the share the scheduler wrote on a bound Shared pod (apiv1.AnnotationShare); an
+// unreadable annotation counts as none.
+func PodShare(pod *v1.Pod) apiv1.ResolvedShare {
+	s, _ := apiv1.ParseShare(pod.Annotations[apiv1.AnnotationShare])
+	return s
 }

@@ -58,6 +58,10 @@ type Args struct {
 	// spec.gangTopology.level; a Preferred gang that fits no domain of its level tries the next
 	// broader one. Default: [nvidia.com/gpu.clique].
 	TopologyLevels []string `json:"topologyLevels,omitempty"`
+	// MaxSharersPerGPU bounds the Shared pods one GPU serves at once, whatever their shares
+	// (a share-less Shared pod reserves no memory or compute and counts only here). Default
+	// 16 (ledger.DefaultMaxSharersPerGPU).
+	MaxSharersPerGPU *int32 `json:"maxSharersPerGPU,omitempty"`
 }
 
 // ArgsKind is the kind of the plugin's args.
@@ -88,6 +92,9 @@ func SetDefaultsArgs(a *Args) {
 	}
 	if a.TopologyLevels == nil {
 		a.TopologyLevels = []string{apiv1.LabelGPUClique}
+	}
+	if a.MaxSharersPerGPU == nil {
+		a.MaxSharersPerGPU = ptr.To[int32](ledger.DefaultMaxSharersPerGPU)
 	}
 }
 
@@ -127,6 +134,9 @@ func ValidateArgs(path *field.Path, a *Args) error {
 	}
 	if a.MaxCandidateNodes == nil || *a.MaxCandidateNodes < 0 {
 		errs = append(errs, field.Invalid(path.Child("maxCandidateNodes"), ptr.Deref(a.MaxCandidateNodes, -1), "must not be negative (0: no cap)"))
+	}
+	if a.MaxSharersPerGPU == nil || *a.MaxSharersPerGPU < 1 {
+		errs = append(errs, field.Invalid(path.Child("maxSharersPerGPU"), ptr.Deref(a.MaxSharersPerGPU, 0), "must be at least 1"))
 	}
 	seen := map[string]bool{}
 	for i, l := range a.TopologyLevels {
@@ -195,6 +205,9 @@ func (a *Args) DeepCopy() *Args {
 	}
 	if a.DeviceResourceName != nil {
 		out.DeviceResourceName = ptr.To(*a.DeviceResourceName)
+	}
+	if a.MaxSharersPerGPU != nil {
+		out.MaxSharersPerGPU = ptr.To(*a.MaxSharersPerGPU)
 	}
 	out.TopologyLevels = slices.Clone(a.TopologyLevels)
 	return out

@@ -127,6 +127,7 @@ func (p *Plugin) gangPreFilter(claim *apiv1.GpuClaim, oldest time.Time) (domain,
 		if err != nil {
 			return domain{}, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s: member GpuClaim %s/%s is invalid: %v", g.key, c.Namespace, c.Name, err))
 		}
+		p.capSharers(&req)
 		unplaced = append(unplaced, ledger.GangMember{Claim: c, Req: req})
 	}
 	if withPods < g.size {

@@ -19,6 +19,7 @@ import (
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
@@ -41,13 +42,15 @@ type leaseRef struct {
 	gpu     int
 	holders []types.UID
 	shared  bool
+	// shares are a Shared lease's holders' shares (claims.GPULease.Shares).
+	shares map[types.UID]apiv1.ResolvedShare
 }
 
 // parseLease reads a GPU lease (claims.ParseGPULease); ok is false for leases that are not ours
 // or are malformed.
 func parseLease(l *coordinationv1.Lease) (leaseRef, bool) {
 	g, ok := claims.ParseGPULease(l)
-	return leaseRef{node: g.Node, gpu: g.GPU, holders: g.Holders, shared: g.Shared}, ok
+	return leaseRef{node: g.Node, gpu: g.GPU, holders: g.Holders, shared: g.Shared, shares: g.Shares}, ok
 }
 
 func leaseHolders(obj any) ([]string, error) {
@@ -85,7 +88,16 @@ func (p *Plugin) newLease(pod *v1.Pod, node string, id int, shared bool) (*coord
 // beside others at once, across all pods; beyond that a pod makes its creates one after
 // another, as a saturated API server gains nothing from more requests in flight. The last
 // create is always made in the calling goroutine, so a 1-GPU pod costs no goroutine.
-func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []int, shared bool) ([]string, error) {
+//
+// shares are a Shared pod's share of each GPU (in the order of ids; nil or zero: none stated);
+// they are written on the leases and checked against the other holders' when one is joined.
+func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []int, shared bool, shares []allocator.Resolved) ([]string, error) {
+	shareOf := func(i int) apiv1.ResolvedShare {
+		if i < len(shares) {
+			return apiv1.ResolvedShare{MemoryMiB: shares[i].MemoryMiB, ComputePercent: int32(shares[i].ComputePercent)}
+		}
+		return apiv1.ResolvedShare{}
+	}
 	if err := p.precheck(ctx, pod, node, ids, shared); err != nil {
 		return nil, err
 	}
@@ -96,18 +108,19 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 	rest := ids
 	if p.peers != nil && p.peers.Current().Size() > 1 {
 		// Other processes schedule beside this one: the first lease alone (see above).
-		first, err := p.acquireOne(ctx, pod, node, ids[0], shared)
+		first, err := p.acquireOne(ctx, pod, node, ids[0], shared, shareOf(0))
 		if err != nil {
 			return nil, err
 		}
 		taken, rest = []string{first}, ids[1:]
+		shares = shares[min(1, len(shares)):]
 	}
 	names := make([]string, len(rest))
 	errs := make([]error, len(rest))
 	var wg sync.WaitGroup
 	for i, id := range rest {
 		if i == len(rest)-1 {
-			names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared)
+			names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared, shareOf(i))
 			break
 		}
 		select {
@@ -115,14 +128,14 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 			wg.Add(1)
 			go func() {
 				defer func() { <-p.createSlots; wg.Done() }()
-				names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared)
+				names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared, shareOf(i))
 			}()
 		default:
 			// Every spare slot is taken: a burst keeps many pods in PreBind at once, and more
 			// requests in flight would only queue in a saturated API server (with unbounded
 			// parallel creates, a large burst's pod creates and watches fall behind). This one
 			// is made here, in turn.
-			names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared)
+			names[i], errs[i] = p.acquireOne(ctx, pod, node, id, shared, shareOf(i))
 		}
 	}
 	wg.Wait()
@@ -141,11 +154,14 @@ func (p *Plugin) acquire(ctx context.Context, pod *v1.Pod, node string, ids []in
 const parallelLeaseCreates = 16
 
 // acquireOne locks GPU id of node for pod and returns its lease's name (see acquire).
-func (p *Plugin) acquireOne(ctx context.Context, pod *v1.Pod, node string, id int, shared bool) (string, error) {
+func (p *Plugin) acquireOne(ctx context.Context, pod *v1.Pod, node string, id int, shared bool, share apiv1.ResolvedShare) (string, error) {
 	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
 	l, err := p.newLease(pod, node, id, shared)
 	if err != nil {
 		return "", err
+	}
+	if shared {
+		claims.SetLeaseShares(l, []types.UID{pod.UID}, map[types.UID]apiv1.ResolvedShare{pod.UID: share})
 	}
 	_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
 	var cur *coordinationv1.Lease
@@ -165,7 +181,7 @@ func (p *Plugin) acquireOne(ctx context.Context, pod *v1.Pod, node string, id in
 	case !shared:
 		return "", fmt.Errorf("GPU %d on node %s (lease %s): %w", id, node, l.Name, errLeaseConflict)
 	}
-	if err := p.joinShared(ctx, l.Name, node, id, pod.UID); err != nil {
+	if err := p.joinShared(ctx, l.Name, node, id, pod.UID, share); err != nil {
 		return "", err
 	}
 	return l.Name, nil
@@ -292,8 +308,13 @@ func (p *Plugin) deleteStale(ctx context.Context, l *coordinationv1.Lease) bool 
 	return err == nil || apierrors.IsNotFound(err)
 }
 
-// joinShared adds a pod to an existing shared lease.
-func (p *Plugin) joinShared(ctx context.Context, name, node string, id int, uid types.UID) error {
+// joinShared adds a pod to an existing shared lease, with its share. It refuses (a lost race:
+// the pod is retried) when the holders' shares with this one would over-commit the GPU's
+// memory or compute, or its sharers would pass maxSharersPerGPU. The sum is taken from the
+// lease the API server holds, re-read on every conflict: two schedulers that each judged the
+// GPU from their own ledger cannot both join past a cap, as the second's update either fails
+// on the first's resourceVersion or reads the first's share.
+func (p *Plugin) joinShared(ctx context.Context, name, node string, id int, uid types.UID, share apiv1.ResolvedShare) error {
 	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
@@ -314,9 +335,17 @@ func (p *Plugin) joinShared(ctx context.Context, name, node string, id int, uid 
 				return nil
 			}
 		}
+		if why := p.overCommit(node, id, ref, share); why != "" {
+			return fmt.Errorf("GPU %d on node %s (lease %s): %s: %w", id, node, name, why, errLeaseConflict)
+		}
 		holders := *cur.Spec.HolderIdentity + "," + string(uid)
 		cur = cur.DeepCopy()
 		cur.Spec.HolderIdentity = &holders
+		shares := map[types.UID]apiv1.ResolvedShare{uid: share}
+		for h, s := range ref.shares {
+			shares[h] = s
+		}
+		claims.SetLeaseShares(cur, append(slices.Clone(ref.holders), uid), shares)
 		_, err = leases.Update(ctx, cur, metav1.UpdateOptions{FieldManager: p.fieldManager})
 		return err
 	})
@@ -383,9 +412,46 @@ func (p *Plugin) releaseLeaseFrom(ctx context.Context, cached *coordinationv1.Le
 		holders := strings.Join(rest, ",")
 		cur = cur.DeepCopy()
 		cur.Spec.HolderIdentity = &holders
+		if ref.shared {
+			left := make([]types.UID, len(rest))
+			for i, h := range rest {
+				left[i] = types.UID(h)
+			}
+			claims.SetLeaseShares(cur, left, ref.shares)
+		}
 		_, err := leases.Update(ctx, cur, metav1.UpdateOptions{FieldManager: p.fieldManager})
 		return err
 	})
+}
+
+// overCommit says how joining the holders of a Shared GPU's lease ref with share would pass a
+// cap of the GPU (its memory as the node's GpuNodeStatus reports it, 100 % compute,
+// maxSharersPerGPU), or "" when it would not.
+func (p *Plugin) overCommit(node string, id int, ref leaseRef, share apiv1.ResolvedShare) string {
+	if n := len(ref.holders) + 1; n > int(*p.args.MaxSharersPerGPU) {
+		return fmt.Sprintf("it would have %d sharers, more than maxSharersPerGPU %d", n, *p.args.MaxSharersPerGPU)
+	}
+	var mem int64
+	var compute int32
+	for _, h := range ref.holders {
+		mem += ref.shares[h].MemoryMiB
+		compute += ref.shares[h].ComputePercent
+	}
+	if compute+share.ComputePercent > 100 {
+		return fmt.Sprintf("its holders reserve %d %% compute, the share needs %d %%", compute, share.ComputePercent)
+	}
+	if share.MemoryMiB > 0 {
+		var capacity int64
+		if n, _ := p.ledger.NodeView(node); n != nil {
+			if g, ok := n.GPU(id); ok {
+				capacity = g.MemoryMiB
+			}
+		}
+		if mem+share.MemoryMiB > capacity {
+			return fmt.Sprintf("its holders reserve %d of %d MiB, the share needs %d", mem, capacity, share.MemoryMiB)
+		}
+	}
+	return ""
 }
 
 func ptrTo[T any](v T) *T { return &v }

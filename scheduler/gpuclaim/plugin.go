@@ -468,7 +468,7 @@ func (p *Plugin) observeLease(logger klog.Logger, old, obj any) {
 		if p.pods.wasDeleted(uid) {
 			continue
 		}
-		p.ledger.Add(uid, ref.node, []int{ref.gpu}, ref.shared, ledger.FromLease)
+		p.ledger.AddHold(uid, ref.node, []int{ref.gpu}, ref.shared, ref.shares[uid], ledger.FromLease)
 	}
 	if ol, ok := old.(*coordinationv1.Lease); ok {
 		if oref, ok := parseLease(ol); ok {
@@ -528,7 +528,7 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 				}
 			}
 		}
-		p.ledger.Add(pod.UID, alloc.Node, alloc.IDs, shared, ledger.FromPod)
+		p.ledger.AddHold(pod.UID, alloc.Node, alloc.IDs, shared, ledger.PodShare(pod), ledger.FromPod)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 )
 
@@ -94,7 +95,7 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		s.waitStart = time.Time{}
 	}
 	shared := s.claim.Spec.Devices.Exclusivity == apiv1.Shared
-	taken, err := p.acquire(ctx, pod, nodeName, s.ids, shared)
+	taken, err := p.acquire(ctx, pod, nodeName, s.ids, shared, s.shares)
 	s.leases = taken
 	leased := p.clock.Since(start)
 	var claimErr error
@@ -123,7 +124,13 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return fwk.AsStatus(fmt.Errorf("locking GPUs %v on node %s for pod %s/%s: %w", s.ids, nodeName, pod.Namespace, pod.Name, err))
 	}
 	// The leases are ours: record them in the ledger now rather than waiting for the informer.
-	p.ledger.Add(pod.UID, nodeName, s.ids, shared, ledger.FromLease)
+	if shared {
+		for i, id := range s.ids {
+			p.ledger.AddShare(pod.UID, nodeName, []int{id}, shareAt(s.shares, i), ledger.FromLease)
+		}
+	} else {
+		p.ledger.Add(pod.UID, nodeName, s.ids, false, ledger.FromLease)
+	}
 	metrics.AllocationLatency.Observe(leased.Seconds())
 
 	if !took {
@@ -143,6 +150,14 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	}
 	s.claimTaken = true
 	return nil
+}
+
+// shareAt is shares[i], or none.
+func shareAt(shares []allocator.Resolved, i int) allocator.Resolved {
+	if i < len(shares) {
+		return shares[i]
+	}
+	return allocator.Resolved{}
 }
 
 // claimOutcome is what PreBind's claim goroutine did: the claim it made (makeErr: could not),

@@ -132,6 +132,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), reason
 	}
 	key, req, pn := prep.Key, prep.Req, prep.Pin
+	p.capSharers(&req)
 
 	oldest := p.clock.Now().Add(-p.freshness)
 	var dom domain
@@ -336,7 +337,17 @@ func (p *Plugin) noNodeMessage(claim *apiv1.GpuClaim, key string, req *allocator
 	if stale > 0 {
 		msg += fmt.Sprintf(" (%d nodes ignored: GpuNodeStatus and agent liveness lease older than %s)", stale, p.freshness)
 	}
-	return msg + p.ruledOut(claim, req, dom, oldest)
+	msg += p.ruledOut(claim, req, dom, oldest)
+	return msg + p.ledger.CapsRuledOut(req, oldest, func(node string) bool {
+		return p.nodeSelected(claim, node) && p.inDomain(dom, node)
+	})
+}
+
+// capSharers puts the plugin's maxSharersPerGPU in a Shared request.
+func (p *Plugin) capSharers(req *allocator.Request) {
+	if req.Exclusivity == allocator.Shared {
+		req.MaxSharers = int(*p.args.MaxSharersPerGPU)
+	}
 }
 
 // ruledOut names what kept nodes with room for the request away from the claim: its selector,

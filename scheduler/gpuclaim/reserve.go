@@ -33,7 +33,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("reserving GPUs on node %s for pod %s/%s: %w", nodeName, pod.Namespace, pod.Name, err))
 	}
-	s.node, s.ids, s.islands = nodeName, res.IDs, res.Islands
+	s.node, s.ids, s.islands, s.shares = nodeName, res.IDs, res.Islands, res.Shares
 	if s.strategy == allocator.RoundRobin {
 		p.roundRobin.set(nodeName)
 	}

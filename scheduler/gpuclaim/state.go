@@ -66,8 +66,10 @@ type stateData struct {
 	waitStart time.Time
 	node      string
 	ids       []int
-	leases    []string
-	islands   int
+	// shares are a Shared pod's share resolved against each GPU of ids (Reserve).
+	shares  []allocator.Resolved
+	leases  []string
+	islands int
 	// claimTaken: PreBind wrote the claim's status for this pod (claimlock.go); Unreserve
 	// gives it back.
 	claimTaken bool
