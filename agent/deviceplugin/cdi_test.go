@@ -206,3 +206,54 @@ func TestMIGModeGPUNotAdvertised(t *testing.T) {
 		}
 	}
 }
+
+// TestMIGCapabilityNodes: a MIG device is handed the capability device nodes the driver lists
+// for its GPU instance and compute instance, in the CDI spec and the Allocate response; where
+// the driver has no such files, only the parent GPU's node.
+func TestMIGCapabilityNodes(t *testing.T) {
+	proc := t.TempDir()
+	gi := filepath.Join(proc, "driver/nvidia/capabilities/gpu3/mig/gi2")
+	if err := os.MkdirAll(filepath.Join(gi, "ci0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for f, v := range map[string]string{filepath.Join(gi, "access"): "DeviceFileMinor: 21\nDeviceFileMode: 292\n", filepath.Join(gi, "ci0", "access"): "DeviceFileMinor: 22\n"} {
+		if err := os.WriteFile(f, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := New(Config{NodeName: "n", Pods: v1.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)), Mode: ModeMIG, MIGProfile: "3g.40gb", ProcRoot: proc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus := []GPU{
+		{Index: 1, Minor: 3, MIGMode: true, Healthy: true, MIG: []MIGDevice{{Slot: 4, Profile: "3g.40gb", UUID: "MIG-a", GI: 2, CI: 0, Healthy: true}}},
+		{Index: 2, Minor: 5, MIGMode: true, Healthy: true, MIG: []MIGDevice{{Slot: 0, Profile: "3g.40gb", UUID: "MIG-b", GI: 1, CI: 0, Healthy: true}}},
+	}
+	spec, err := p.CDISpec(gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range spec.Devices {
+		var nodes []string
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			nodes = append(nodes, n.Path)
+		}
+		got = append(got, d.Name+"="+strings.Join(nodes, "+"))
+	}
+	want := []string{"1:4=/dev/nvidia3+/dev/nvidia-caps/nvidia-cap21+/dev/nvidia-caps/nvidia-cap22", "2:0=/dev/nvidia5"}
+	if !slices.Equal(got, want) {
+		t.Errorf("CDI devices %v, want %v", got, want)
+	}
+	resp, err := p.migContainerResponse([]int{migKey(1, 4)}, gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for _, d := range resp.Devices {
+		nodes = append(nodes, d.ContainerPath)
+	}
+	if !slices.Contains(nodes, "/dev/nvidia-caps/nvidia-cap22") || resp.Envs["NVIDIA_VISIBLE_DEVICES"] != "MIG-a" {
+		t.Errorf("Allocate response: nodes %v, env %v", nodes, resp.Envs)
+	}
+}
