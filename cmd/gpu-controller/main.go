@@ -6,7 +6,8 @@
 // SubjectAccessReview through controller-runtime's metrics filters): no anonymous scrape.
 //
 // gpu-controller apply-crds server-side-applies the CRDs built into it (the chart's crds/) and
-// exits: the chart's pre-install/pre-upgrade hook (docs/install.md#upgrading).
+// exits: the chart's pre-install/pre-upgrade hook (docs/install.md#upgrading). gpu-controller
+// check is the chart's `helm test` pod (docs/install.md#helm-test).
 package main
 
 import (
@@ -59,6 +60,9 @@ func main() {
 func run() error {
 	if len(os.Args) > 1 && os.Args[1] == "apply-crds" {
 		return applyCRDsCommand(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		return checkCommand(os.Args[2:])
 	}
 	o := options{schedulerName: apiv1.SchedulerName}
 	if v := os.Getenv(apiv1.SchedulerNameEnv); v != "" {

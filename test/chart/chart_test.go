@@ -175,6 +175,10 @@ func TestValuesRejected(t *testing.T) {
 		args: []string{"--namespace", "default"},
 		want: `install into a namespace of its own, not "default"`,
 	}, {
+		name: "helm test in the release namespace, which the webhooks skip",
+		args: []string{"--namespace", "gpu-x", "--set", "tests.namespace=gpu-x"},
+		want: "tests.namespace must not be the release namespace gpu-x",
+	}, {
 		name: "scheduler user the webhook's match condition cannot hold",
 		args: []string{"--set", "webhook.extraSchedulerUsers={x'] || true || ['}"},
 		want: `scheduler user "x'] || true || ['" contains a quote, a backslash or a control character`,

@@ -77,10 +77,13 @@ func helmBinary(t testing.TB) string {
 	return path
 }
 
-// hookCompletes lets the chart's CRD-upgrade hook Job finish on kwok, which runs no container:
-// the harness's pod-complete stage ends a pod with this annotation after its duration. Tests
-// that check what the hook does run its command themselves (checkCRDUpgradeHook).
-var hookCompletes = []string{"--set-json", `crds.podAnnotations={"sim.gpu.scheduling/duration":"1s"}`}
+// hookCompletes lets the chart's hook pods (the CRD-upgrade Job's, helm test's) finish on kwok,
+// which runs no container: the harness's pod-complete stage ends a pod with this annotation
+// after its duration. Tests that check what a hook does run its command themselves (runHook).
+var hookCompletes = []string{
+	"--set-json", `crds.podAnnotations={"sim.gpu.scheduling/duration":"1s"}`,
+	"--set-json", `tests.podAnnotations={"sim.gpu.scheduling/duration":"1s"}`,
+}
 
 // runHelm runs helm with args in a private HELM_* home and returns stdout, or an error carrying stderr.
 func runHelm(t testing.TB, env []string, args ...string) (string, error) {

@@ -169,6 +169,7 @@ func TestInstall(t *testing.T) {
 		{"API priority: scheduler and controller at workload-high", checkPriority},
 		{"components run with their ServiceAccount tokens", checkComponents},
 		{"the controller runs a GpuWorkload with its ServiceAccount token", checkController},
+		{"helm test", checkHelmTest},
 		{"upgrade keeps the webhook certificate", checkUpgrade},
 		{"uninstall", checkUninstall},
 	}

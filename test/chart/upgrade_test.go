@@ -7,14 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +24,6 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
-	"github.com/gpu-scheduler/gpu-scheduler/sim/launch"
 )
 
 // previousChart is the commit whose charts/gpu-scheduler is the previous chart version: the
@@ -205,65 +201,7 @@ func checkCRDUpgradeHook(t *testing.T, ctx context.Context, e *installEnv, env [
 		t.Fatalf("the CRD served spec.devices.share before apply-crds ran: this test no longer shows what the hook changes")
 	}
 
-	hooks, err := runHelm(t, env, "get", "hooks", releaseName, "--namespace", releaseNamespace)
-	if err != nil {
-		t.Fatalf("helm get hooks: %v\n%s", err, hooks)
-	}
-	var job batchv1.Job
-	var sa corev1.ServiceAccount
-	var role rbacv1.ClusterRole
-	var binding rbacv1.ClusterRoleBinding
-	found := map[string]bool{}
-	for _, o := range parseObjects(t, hooks) {
-		if o.GetLabels()["app.kubernetes.io/component"] != "crds" {
-			continue
-		}
-		found[o.GetKind()] = true
-		switch o.GetKind() {
-		case "Job":
-			into(t, o, &job)
-		case "ServiceAccount":
-			into(t, o, &sa)
-		case "ClusterRole":
-			into(t, o, &role)
-		case "ClusterRoleBinding":
-			into(t, o, &binding)
-		}
-		if hook := o.GetAnnotations()["helm.sh/hook"]; hook != "pre-install,pre-upgrade" {
-			t.Errorf("%s %s is hook %q, want pre-install,pre-upgrade", o.GetKind(), o.GetName(), hook)
-		}
-	}
-	for _, k := range []string{"Job", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
-		if !found[k] {
-			t.Fatalf("the release's hooks have no CRD-upgrade %s:\n%s", k, hooks)
-		}
-	}
-	if _, err := e.kube.CoreV1().ServiceAccounts(releaseNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa.Name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role.Name}, Rules: role.Rules}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: binding.Name},
-		RoleRef: binding.RoleRef, Subjects: binding.Subjects}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	spec := job.Spec.Template.Spec
-	if spec.ServiceAccountName != sa.Name || len(spec.Containers) != 1 {
-		t.Fatalf("the hook Job runs as %q with %d containers, want the hook's ServiceAccount %q and one container", spec.ServiceAccountName, len(spec.Containers), sa.Name)
-	}
-	if img := spec.Containers[0].Image; !strings.Contains(img, "/gpu-controller:") && !strings.Contains(img, "/gpu-controller@") {
-		t.Errorf("the hook Job's image is %s, want gpu-controller's", img)
-	}
-	_, kubeconfig := tokenConfig(t, ctx, e, sa.Name, nil)
-	bin, err := launch.Binary(ctx, "gpu-controller")
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append(append([]string{}, spec.Containers[0].Args...), "--kubeconfig="+kubeconfig)
-	if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
-		t.Fatalf("gpu-controller %v (the hook Job's command): %v\n%s", spec.Containers[0].Args, err, out)
-	}
+	runHook(t, ctx, e, env, "crds", "pre-install,pre-upgrade")
 
 	// The new field is served: a create keeps it.
 	after, err := e.gpu.GpuV1().GpuClaims(userNS).Create(ctx, shared("share-after-hook"), metav1.CreateOptions{})

@@ -137,6 +137,9 @@ Installation checks that the schema cannot express (they span several values or 
 {{- if and (eq .Release.Namespace "default") (not .Values.allowDefaultNamespace) -}}
 {{- fail "gpu-scheduler: install into a namespace of its own, not \"default\": the webhooks skip the release namespace, so GPU pods in it would get no visible-devices variables and no allocation guard. Run: helm install gpu-scheduler charts/gpu-scheduler --namespace gpu-scheduler --create-namespace (or set allowDefaultNamespace=true if you really mean it)" -}}
 {{- end -}}
+{{- if and .Values.tests.enabled (eq .Values.tests.namespace .Release.Namespace) -}}
+{{- fail (printf "gpu-scheduler: tests.namespace must not be the release namespace %s: the webhooks skip it, so helm test would fail. Set tests.namespace to a namespace the webhooks serve (default: default), or tests.enabled=false" .Release.Namespace) -}}
+{{- end -}}
 {{- if and .Values.devicePlugin.enabled (not .Values.scheduler.leaderElection.enabled) (gt (int .Values.scheduler.replicas) 1) -}}
 {{- fail "gpu-scheduler: several scheduler replicas without leader election (active-active) cannot be combined with devicePlugin.enabled: the kubelet does not tell the device plugin which pod it admits, so pods of one GPU count must be bound to a node one at a time, which only one binding process can ensure (docs/security.md). Keep scheduler.leaderElection.enabled=true, or run one replica" -}}
 {{- end -}}
