@@ -112,7 +112,7 @@ func (c *Ledger) GangPlanOn(members []GangMember, oldest time.Time, on []string,
 func FreeGPUs(n *allocator.Node) int {
 	free := 0
 	for _, g := range n.GPUs {
-		if g.Health == allocator.Healthy && g.ExclusiveHolder == "" && g.SharedHolders == 0 {
+		if g.Health == allocator.Healthy && !g.MIGMode && g.ExclusiveHolder == "" && g.SharedHolders == 0 {
 			free++
 		}
 	}

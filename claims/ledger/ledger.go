@@ -122,7 +122,7 @@ func (e *nodeEntry) recompute() {
 			idx[key] = j
 			e.sum.islands = append(e.sum.islands, islandSummary{})
 		}
-		if g.Health != allocator.Healthy {
+		if g.Health != allocator.Healthy || g.MIGMode {
 			continue
 		}
 		exclusive, shared := false, false
@@ -515,6 +515,7 @@ func NodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
 			BandwidthGBps:      int(d.BandwidthGBps),
 			UtilizationPercent: -1,
 			MemoryMiB:          max(0, d.MemoryMiB),
+			MIGMode:            d.MIG != nil && d.MIG.Enabled,
 		}
 		switch d.Health {
 		case apiv1.Healthy:

@@ -103,3 +103,23 @@ func TestRequestForShare(t *testing.T) {
 		}
 	}
 }
+
+func TestMIGModeGPUNeverOffered(t *testing.T) {
+	l := New()
+	now := time.Now()
+	s := ledgertest.SeedStatus("a", now)
+	s.Status.Devices = s.Status.Devices[:2]
+	s.Status.Devices[1].MIG = &apiv1.DeviceMIG{Enabled: true}
+	l.SetStatus(s)
+	req := allocator.Request{Count: 2}
+	if l.FitsOn("a", &req, now.Add(-time.Minute)) {
+		t.Fatal("the summary offers a GPU in MIG mode")
+	}
+	if _, err := l.Reserve("p", "ns/c", "a", req); err == nil {
+		t.Fatal("reserved a GPU in MIG mode")
+	}
+	req.Count = 1
+	if res, err := l.Reserve("p", "ns/c", "a", req); err != nil || res.IDs[0] != 0 {
+		t.Fatalf("reserve = %v, %v", res.IDs, err)
+	}
+}

@@ -23,7 +23,7 @@ type view struct {
 	islands  []island
 	eligible int
 	// counts of GPUs that are not eligible, by cause, for Unfit messages.
-	unhealthy, held, lowBW int
+	unhealthy, held, lowBW, mig int
 	// capped counts the GPUs a Shared request's caps refused, by cause (ShareCap); capDetail
 	// is one such refusal's numbers.
 	capped    map[string]int
@@ -33,6 +33,10 @@ type view struct {
 func (v *view) eligibleGPU(g *GPU) bool {
 	if g.Health != Healthy {
 		v.unhealthy++
+		return false
+	}
+	if g.MIGMode {
+		v.mig++
 		return false
 	}
 	if g.ExclusiveHolder != "" || (v.req.Exclusivity == Exclusive && g.SharedHolders > 0) {
@@ -162,6 +166,8 @@ func pinned(n *Node, req *Request) (Result, error) {
 			return Result{}, unfit("GPU %d does not exist on node %s (it has %d GPUs)", id, n.Name, len(n.GPUs))
 		case g.Health != Healthy:
 			return Result{}, unfit("GPU %d is %s", id, g.Health)
+		case g.MIGMode:
+			return Result{}, unfit("GPU %d is in MIG mode: only its MIG devices are allocated", id)
 		case g.ExclusiveHolder != "":
 			return Result{}, unfit("GPU %d is held by another pod", id)
 		case req.Exclusivity == Exclusive && g.SharedHolders > 0:
@@ -206,6 +212,9 @@ func (v *view) notEnough() error {
 	}
 	if v.held > 0 {
 		causes = append(causes, fmt.Sprintf("%d held", v.held))
+	}
+	if v.mig > 0 {
+		causes = append(causes, fmt.Sprintf("%d in MIG mode", v.mig))
 	}
 	if v.lowBW > 0 {
 		causes = append(causes, fmt.Sprintf("%d below %d GB/s", v.lowBW, v.req.MinBandwidthGBps))

@@ -44,6 +44,9 @@ type GPU struct {
 	ExclusiveHolder string
 	// SharedHolders counts the Shared pods using the GPU.
 	SharedHolders int
+	// MIGMode is true for a GPU in MIG mode: only its MIG devices are allocated, never the GPU
+	// whole, so no request of this package takes it.
+	MIGMode bool
 	// MemoryMiB is the GPU's memory (0 when not reported); a Shared request's memory share is
 	// judged against it.
 	MemoryMiB int64

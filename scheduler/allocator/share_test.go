@@ -78,3 +78,20 @@ func TestShareValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestWholeRequestsNeverTakeMIGModeGPUs(t *testing.T) {
+	n := NewBuilder("n").Island("nv", 600, 0, 1, 2, 3).Node()
+	n.GPUs[1].MIGMode, n.GPUs[2].MIGMode = true, true
+	for _, ex := range []Exclusivity{Exclusive, Shared} {
+		res, err := Allocate(n, Request{Count: 2, Exclusivity: ex})
+		if err != nil || FormatIDs(res.IDs) != "0,3" {
+			t.Fatalf("%v: %v, %v; want 0,3", ex, res.IDs, err)
+		}
+		if _, err := Allocate(n, Request{Count: 3, Exclusivity: ex}); err == nil || !strings.Contains(err.Error(), "2 in MIG mode") {
+			t.Fatalf("%v: 3 GPUs: %v", ex, err)
+		}
+	}
+	if _, err := Allocate(n, Request{Count: 1, Pinned: []int{1}}); err == nil || !strings.Contains(err.Error(), "MIG mode") {
+		t.Fatalf("pinned MIG GPU: %v", err)
+	}
+}
