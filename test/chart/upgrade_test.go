@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,9 +27,26 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 )
 
-// previousChart is the commit whose charts/gpu-scheduler is the previous chart version: the
-// last one whose templates generated the webhook certificate (before the webhook's own rotator).
+// previousChart stands in for the previous released chart while there is none: no release is
+// tagged, and charts/gpu-scheduler/Chart.yaml has said version 0.1.0 since the chart's first
+// commit, so no version change marks a release either. It is the last chart whose templates
+// generated the webhook certificate (before the webhook's own rotator) and whose CRDs lack
+// fields the working tree's have (spec.devices.share), the two changes an upgrade must carry.
 const previousChart = "3c0cc00"
+
+// previousRelease is the chart to upgrade from: the newest release tag (v<semver>, the version
+// `make release VERSION=x.y.z` built, docs/install.md#releases) before HEAD, or previousChart
+// where no release is tagged yet.
+func previousRelease(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("git", "-C", repoRoot(t), "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*.[0-9]*.[0-9]*", "HEAD^").Output()
+	if tag := strings.TrimSpace(string(out)); err == nil && tag != "" {
+		t.Logf("upgrading from the chart of release %s", tag)
+		return tag
+	}
+	t.Logf("no release tag before HEAD: upgrading from the chart at commit %s", previousChart)
+	return previousChart
+}
 
 // An upgrade from the previous chart, taken from git history, to the working tree's keeps
 // every claim, claim template, GPU lease and running pod (same UID, same content, still
@@ -38,13 +56,14 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 10*time.Minute)
 	defer cancel()
 
+	previous := previousRelease(t)
 	old := filepath.Join(t.TempDir(), "previous")
 	if err := os.MkdirAll(old, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	archive := exec.Command("bash", "-c", `git -C "$1" archive "$2" charts/gpu-scheduler | tar -x -C "$3"`, "_", repoRoot(t), previousChart, old)
+	archive := exec.Command("bash", "-c", `git -C "$1" archive "$2" charts/gpu-scheduler | tar -x -C "$3"`, "_", repoRoot(t), previous, old)
 	if b, err := archive.CombinedOutput(); err != nil {
-		t.Fatalf("the chart at %s from git history: %v\n%s", previousChart, err, b)
+		t.Fatalf("the chart at %s from git history: %v\n%s", previous, err, b)
 	}
 	oldChart := filepath.Join(old, "charts", "gpu-scheduler")
 
@@ -80,7 +99,7 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 	}
 	env := []string{"KUBECONFIG=" + c.Kubeconfig()}
 	if out, err := runHelm(t, env, "install", releaseName, oldChart, "--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m"); err != nil {
-		t.Fatalf("installing the chart at %s: %v\n%s", previousChart, err, out)
+		t.Fatalf("installing the chart at %s: %v\n%s", previous, err, out)
 	}
 
 	// What a running release holds: users' claims and templates, the scheduler's GPU leases and
@@ -128,7 +147,7 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 
 	out, err := runHelm(t, env, append([]string{"upgrade", releaseName, chartDir(t), "--namespace", releaseNamespace, "--reset-then-reuse-values", "--wait", "--timeout", "3m"}, hookCompletes...)...)
 	if err != nil {
-		t.Fatalf("helm upgrade from the chart at %s: %v\n%s", previousChart, err, out)
+		t.Fatalf("helm upgrade from the chart at %s: %v\n%s", previous, err, out)
 	}
 
 	for name, uid := range claims {
