@@ -38,6 +38,21 @@ type GPUView struct {
 	Since *metav1.Time `json:"since,omitempty"`
 	// Recoveries counts the GPU's returns from Unhealthy to Healthy.
 	Recoveries int32 `json:"recoveries,omitempty"`
+	// Sharers, SharedMemoryMiB and SharedComputePercent are a Shared GPU's holders and the
+	// memory and compute their shares reserve (its lease's gpu.scheduling/shares), of MemoryMiB
+	// and 100 %.
+	Sharers              int   `json:"sharers,omitempty"`
+	SharedMemoryMiB      int64 `json:"sharedMemoryMiB,omitempty"`
+	SharedComputePercent int32 `json:"sharedComputePercent,omitempty"`
+	MemoryMiB            int64 `json:"memoryMiB,omitempty"`
+	// MIG is set for a GPU in MIG mode: its MIG devices, free (healthy, unused) and in all.
+	MIG *MIGView `json:"mig,omitempty"`
+}
+
+// MIGView counts a MIG-mode GPU's MIG devices.
+type MIGView struct {
+	Free  int `json:"free"`
+	Total int `json:"total"`
 }
 
 // NodeView is one node's GPUs.
@@ -135,6 +150,12 @@ func listCustom[T any](ctx context.Context, dc dynamic.Interface, resource, ns s
 // The agents' liveness leases among leases give each node's Renewed.
 func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools map[string]string) []NodeView {
 	holders := map[string]map[int][]string{}
+	type sum struct {
+		sharers int
+		mem     int64
+		compute int32
+	}
+	shares := map[string]map[int]sum{}
 	renewed := map[string]*metav1.Time{}
 	for _, l := range leases {
 		if claims.IsLiveness(&l) {
@@ -160,6 +181,18 @@ func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools 
 			holders[node] = map[int][]string{}
 		}
 		holders[node][id] = append(holders[node][id], who)
+		if ref.Shared && l.Labels[apiv1.LabelLeaseMIGSlot] == "" {
+			if shares[node] == nil {
+				shares[node] = map[int]sum{}
+			}
+			s := shares[node][id]
+			s.sharers += len(ref.Holders)
+			for _, h := range ref.Holders {
+				s.mem += ref.Shares[h].MemoryMiB
+				s.compute += ref.Shares[h].ComputePercent
+			}
+			shares[node][id] = s
+		}
 	}
 	var out []NodeView
 	for i := range statuses {
@@ -177,12 +210,23 @@ func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools 
 			d := byID[int32(g.ID)]
 			h := holders[an.Name][g.ID]
 			sort.Strings(h)
-			nv.GPUs = append(nv.GPUs, GPUView{
+			s := shares[an.Name][g.ID]
+			gv := GPUView{
 				ID: g.ID, Island: g.Island, Product: d.Product, Health: g.Health.String(), Reason: d.Reason,
 				BandwidthGBps: g.BandwidthGBps, Holders: h,
-				Free:  g.Health == allocator.Healthy && len(h) == 0,
+				Free:  g.Health == allocator.Healthy && len(h) == 0 && !g.MIGMode,
 				Since: d.LastTransitionTime, Recoveries: d.RecoveryCount,
-			})
+				Sharers: s.sharers, SharedMemoryMiB: s.mem, SharedComputePercent: s.compute, MemoryMiB: d.MemoryMiB,
+			}
+			if g.MIGMode {
+				gv.MIG = &MIGView{Total: len(d.MIG.Devices)}
+				for _, m := range d.MIG.Devices {
+					if m.Health == apiv1.Healthy && len(m.InUseBy) == 0 && g.Health == allocator.Healthy {
+						gv.MIG.Free++
+					}
+				}
+			}
+			nv.GPUs = append(nv.GPUs, gv)
 		}
 		out = append(out, nv)
 	}

@@ -44,6 +44,22 @@ func newNodesCommand(o *Options) *cobra.Command {
 	}
 }
 
+// shareCell is a GPU's SHARE: its sharers with the memory and compute their shares reserve,
+// or its MIG devices free of all; "-" for a GPU neither shared nor in MIG mode.
+func shareCell(g GPUView) string {
+	switch {
+	case g.MIG != nil:
+		return fmt.Sprintf("mig %d/%d free", g.MIG.Free, g.MIG.Total)
+	case g.Sharers > 0:
+		mem := fmt.Sprintf("%d MiB", g.SharedMemoryMiB)
+		if g.MemoryMiB > 0 {
+			mem = fmt.Sprintf("%d/%d MiB", g.SharedMemoryMiB, g.MemoryMiB)
+		}
+		return fmt.Sprintf("%d sharers, %s, %d%% compute", g.Sharers, mem, g.SharedComputePercent)
+	}
+	return "-"
+}
+
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
@@ -55,6 +71,16 @@ func isTerminal(w io.Writer) bool {
 func printNodes(out io.Writer, nodes []NodeView, wide, colour bool, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	head := "NODE\tISLAND\tGPU\tSTATE\tHOLDER\tLINK"
+	// The SHARE column is there only where some GPU is shared or in MIG mode.
+	parts := false
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			parts = parts || g.Sharers > 0 || g.MIG != nil
+		}
+	}
+	if parts {
+		head += "\tSHARE"
+	}
 	if wide {
 		head += "\tMODEL\tREASON\tHEARTBEAT\tLIVENESS"
 	}
@@ -80,6 +106,9 @@ func printNodes(out io.Writer, nodes []NodeView, wide, colour bool, now time.Tim
 				island = "-"
 			}
 			line := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%dGB/s", n.Name, island, g.ID, state, holder, g.BandwidthGBps)
+			if parts {
+				line += "\t" + shareCell(g)
+			}
 			if wide {
 				reason := g.Reason
 				if reason == "" {
