@@ -100,24 +100,24 @@ func Read(indexer cache.Indexer, node string) Usage {
 		if !ok {
 			continue
 		}
-		ref, ok := claims.ParseGPULease(l)
-		if !ok {
-			continue
-		}
 		if s, isMIG := l.Labels[apiv1.LabelLeaseMIGSlot]; isMIG {
 			// A MIG device's lease also names its GPU (LabelLeaseGPU); it holds the device,
-			// not the GPU whole.
+			// not the GPU whole. Read here rather than through claims.ParseGPULease, which
+			// reads whole GPUs' leases.
 			slot, err := strconv.Atoi(s)
-			if err != nil || s != strconv.Itoa(slot) || slot < 0 || slot > apiv1.MaxMIGSlot {
+			gpu, ok := claims.GPUOf(l)
+			if err != nil || s != strconv.Itoa(slot) || slot < 0 || slot > apiv1.MaxMIGSlot || !ok || l.Spec.HolderIdentity == nil {
 				continue
 			}
 			if u.MIG == nil {
 				u.MIG = map[apiv1.MIGDeviceRef][]string{}
 			}
-			r := apiv1.MIGDeviceRef{GPU: ref.GPU, Slot: slot}
-			for _, uid := range ref.Holders {
-				u.MIG[r] = append(u.MIG[r], string(uid))
-			}
+			r := apiv1.MIGDeviceRef{GPU: gpu, Slot: slot}
+			u.MIG[r] = append(u.MIG[r], claims.ParseHolders(*l.Spec.HolderIdentity)...)
+			continue
+		}
+		ref, ok := claims.ParseGPULease(l)
+		if !ok {
 			continue
 		}
 		if u.GPUs == nil {
