@@ -77,8 +77,17 @@ func TestFragmentationStrategyPlaces(t *testing.T) {
 	e := newTestEnv(t, nodes, claim)
 	pod := ledgertest.Pod("p0", "c0")
 	pod.Annotations[apiv1.AnnotationNodeStrategy] = string(allocator.Fragmentation)
-	if _, st, _ := e.schedule(t, pod); st != nil {
+	_, st, cs := e.schedule(t, pod)
+	if st != nil {
 		t.Fatalf("status %v", st)
+	}
+	// The strategy ranks nodes only: the 2-GPU claim still gets one island (the allocator's).
+	s, err := getState(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.islands != 1 || len(s.ids) != 2 {
+		t.Fatalf("placement %v over %d islands", s.ids, s.islands)
 	}
 	e.p.demand.mu.Lock()
 	defer e.p.demand.mu.Unlock()
