@@ -53,6 +53,9 @@ type nodeEntry struct {
 	heartbeat, statusBeat, renewed time.Time
 	// models maps GPU ID -> product name, for the gpu_scheduler_gpus gauge only.
 	models map[int]string
+	// mig maps the ID of a GPU in MIG mode -> its MIG devices, for the
+	// gpu_scheduler_mig_devices gauge only.
+	mig map[int][]migDevice
 	// holds maps GPU ID -> pod UID -> hold.
 	holds map[int]map[types.UID]*hold
 	// sum is recomputed on every change of base or holds, so that PreFilter can scan
@@ -408,6 +411,7 @@ func (c *Ledger) SetStatus(gns *apiv1.GpuNodeStatus) (before, after time.Time) {
 			e.models[int(d.ID)] = d.Product
 		}
 	}
+	e.setMIG(gns)
 	e.recompute()
 	c.reshape(nodeNameOf(gns), e)
 	return before, e.heartbeat
@@ -428,6 +432,7 @@ func (c *Ledger) DeleteStatus(node string) {
 	defer c.mu.Unlock()
 	if e := c.nodes[node]; e != nil {
 		e.base = nil
+		e.mig = nil
 		e.statusBeat = time.Time{}
 		e.beat()
 		e.recompute()
@@ -996,4 +1001,91 @@ func (c *Ledger) AddHold(uid types.UID, node string, ids []int, shared bool, sha
 func PodShare(pod *v1.Pod) apiv1.ResolvedShare {
 	s, _ := apiv1.ParseShare(pod.Annotations[apiv1.AnnotationShare])
 	return s
+}
+
+// SharerCount is how many GPUs of one model have Sharers Shared holders: one sample of the
+// scheduler's gpu_scheduler_shared_gpus gauge.
+type SharerCount struct {
+	Model          string
+	Sharers, Count int
+}
+
+// MIGCount is how many MIG devices of one model and profile are in one state (StateFree,
+// StateAllocated, StateUnhealthy), as the agents publish them: one sample of the scheduler's
+// gpu_scheduler_mig_devices gauge.
+type MIGCount struct {
+	Model, Profile, State string
+	Count                 int
+}
+
+// migDevice is a MIG device as a GpuNodeStatus reports it, for MIGCounts.
+type migDevice struct {
+	profile, state string
+}
+
+// setMIG records the MIG devices of a node's status (nil when it has none).
+func (e *nodeEntry) setMIG(gns *apiv1.GpuNodeStatus) {
+	e.mig = nil
+	for _, d := range gns.Status.Devices {
+		if d.MIG == nil || !d.MIG.Enabled {
+			continue
+		}
+		if e.mig == nil {
+			e.mig = map[int][]migDevice{}
+		}
+		for _, m := range d.MIG.Devices {
+			state := StateFree
+			switch {
+			case m.Health != apiv1.Healthy || d.Health != apiv1.Healthy:
+				state = StateUnhealthy
+			case len(m.InUseBy) > 0:
+				state = StateAllocated
+			}
+			e.mig[int(d.ID)] = append(e.mig[int(d.ID)], migDevice{profile: m.Profile, state: state})
+		}
+	}
+}
+
+// PartCounts counts the Shared GPUs of every node by model and number of sharers, and the MIG
+// devices by model, profile and state, for the gpu_scheduler_shared_gpus and
+// gpu_scheduler_mig_devices gauges.
+func (c *Ledger) PartCounts() ([]SharerCount, []MIGCount) {
+	type sk struct {
+		model   string
+		sharers int
+	}
+	type mk struct{ model, profile, state string }
+	sharers, migs := map[sk]int{}, map[mk]int{}
+	model := func(e *nodeEntry, id int) string {
+		if m := e.models[id]; m != "" {
+			return m
+		}
+		return "unknown"
+	}
+	c.mu.RLock()
+	for _, e := range c.nodes {
+		if e.view == nil {
+			continue
+		}
+		for _, g := range e.view.GPUs {
+			if g.SharedHolders > 0 {
+				sharers[sk{model(e, g.ID), g.SharedHolders}]++
+			}
+		}
+		for id, devs := range e.mig {
+			for _, d := range devs {
+				migs[mk{model(e, id), d.profile, d.state}]++
+			}
+		}
+	}
+	c.mu.RUnlock()
+	var so []SharerCount
+	for k, n := range sharers {
+		so = append(so, SharerCount{Model: k.model, Sharers: k.sharers, Count: n})
+	}
+	var mo []MIGCount
+	for k, n := range migs {
+		mo = append(mo, MIGCount{Model: k.model, Profile: k.profile, State: k.state, Count: n})
+	}
+	return so, mo
 }

@@ -123,3 +123,34 @@ func TestMIGModeGPUNeverOffered(t *testing.T) {
 		t.Fatalf("reserve = %v, %v", res.IDs, err)
 	}
 }
+
+func TestPartCounts(t *testing.T) {
+	l := New()
+	now := time.Now()
+	s := ledgertest.SeedStatus("a", now)
+	s.Status.Devices = s.Status.Devices[:2]
+	for i := range s.Status.Devices {
+		s.Status.Devices[i].Product = "H100"
+	}
+	s.Status.Devices[1].MIG = &apiv1.DeviceMIG{Enabled: true, Devices: []apiv1.MigDevice{
+		{Slot: 0, Profile: "1g.10gb", Health: apiv1.Healthy},
+		{Slot: 1, Profile: "1g.10gb", Health: apiv1.Healthy, InUseBy: []string{"u"}},
+		{Slot: 2, Profile: "3g.40gb", Health: apiv1.Unhealthy},
+	}}
+	l.SetStatus(s)
+	l.Add("p1", "a", []int{0}, true, FromLease)
+	l.Add("p2", "a", []int{0}, true, FromLease)
+	shared, mig := l.PartCounts()
+	if len(shared) != 1 || shared[0] != (SharerCount{Model: "H100", Sharers: 2, Count: 1}) {
+		t.Fatalf("shared %+v", shared)
+	}
+	got := map[MIGCount]bool{}
+	for _, m := range mig {
+		got[m] = true
+	}
+	for _, want := range []MIGCount{{"H100", "1g.10gb", StateFree, 1}, {"H100", "1g.10gb", StateAllocated, 1}, {"H100", "3g.40gb", StateUnhealthy, 1}} {
+		if !got[want] || len(mig) != 3 {
+			t.Fatalf("mig %+v lacks %+v", mig, want)
+		}
+	}
+}

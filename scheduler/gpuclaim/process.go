@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
 
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/gpuclaim/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/peers"
 )
@@ -86,6 +87,14 @@ func (pr *Process) plugin() *Plugin {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	return pr.latest
+}
+
+// PartCounts is the latest plugin's Shared GPUs and MIG devices (metrics.Sources).
+func (pr *Process) PartCounts() ([]ledger.SharerCount, []ledger.MIGCount) {
+	if p := pr.plugin(); p != nil {
+		return p.ledger.PartCounts()
+	}
+	return nil, nil
 }
 
 // GPUCounts is the latest plugin's ledger by model and state (metrics.Sources).

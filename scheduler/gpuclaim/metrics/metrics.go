@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"sort"
+	"strconv"
 	"sync"
 
 	"k8s.io/component-base/metrics"
@@ -160,6 +161,9 @@ const (
 type Sources interface {
 	// GPUCounts is gpu_scheduler_gpus: the GPUs by model and state.
 	GPUCounts() []GPUCount
+	// PartCounts is gpu_scheduler_shared_gpus and gpu_scheduler_mig_devices: the Shared GPUs by
+	// model and sharers, the MIG devices by model, profile and state.
+	PartCounts() ([]ledger.SharerCount, []ledger.MIGCount)
 	// Pending is how many GPU pods the plugin turned away still wait and how long the oldest
 	// has existed; ok is false before the plugin exists.
 	Pending() (count int, oldestSeconds float64, ok bool)
@@ -173,6 +177,12 @@ var gpusDesc = metrics.NewDesc("gpu_scheduler_gpus",
 	[]string{"model", "state"}, nil, metrics.ALPHA, "")
 
 var (
+	sharedGPUsDesc = metrics.NewDesc("gpu_scheduler_shared_gpus",
+		"GPUs held by Shared pods, by model and number of sharers (the pods sharing each; bounded by maxSharersPerGPU).",
+		[]string{"model", "sharers"}, nil, metrics.ALPHA, "")
+	migDevicesDesc = metrics.NewDesc("gpu_scheduler_mig_devices",
+		"MIG devices the agents publish, by model, profile and state: free (healthy, unused), allocated (in use by a pod), unhealthy.",
+		[]string{"model", "profile", "state"}, nil, metrics.ALPHA, "")
 	pendingDesc = metrics.NewDesc("gpu_scheduler_pending_claims",
 		"GPU pods (one claim each) the scheduler turned away that still wait for GPUs.",
 		nil, nil, metrics.ALPHA, "")
@@ -196,6 +206,8 @@ type fleetCollector struct {
 
 func (*fleetCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- gpusDesc
+	ch <- sharedGPUsDesc
+	ch <- migDevicesDesc
 	ch <- pendingDesc
 	ch <- pendingAgeDesc
 	ch <- peersDesc
@@ -223,6 +235,13 @@ func (c *fleetCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	})
 	for _, c := range counts {
 		ch <- metrics.NewLazyConstMetric(gpusDesc, metrics.GaugeValue, float64(c.Count), c.Model, c.State)
+	}
+	shared, mig := c.src.PartCounts()
+	for _, s := range shared {
+		ch <- metrics.NewLazyConstMetric(sharedGPUsDesc, metrics.GaugeValue, float64(s.Count), s.Model, strconv.Itoa(s.Sharers))
+	}
+	for _, m := range mig {
+		ch <- metrics.NewLazyConstMetric(migDevicesDesc, metrics.GaugeValue, float64(m.Count), m.Model, m.Profile, m.State)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 )
 
 // sources is a scheduler process's state as the fleet gauges read it.
@@ -14,9 +16,14 @@ type sources struct {
 	oldest            float64
 	peers, leftToPeer int
 	hasPeers          bool
+	shared            []ledger.SharerCount
+	mig               []ledger.MIGCount
 }
 
-func (s *sources) GPUCounts() []GPUCount                   { return s.gpus }
+func (s *sources) GPUCounts() []GPUCount { return s.gpus }
+func (s *sources) PartCounts() ([]ledger.SharerCount, []ledger.MIGCount) {
+	return s.shared, s.mig
+}
 func (s *sources) Pending() (int, float64, bool)           { return s.pending, s.oldest, true }
 func (s *sources) Peers() (size, leftToPeers int, ok bool) { return s.peers, s.leftToPeer, s.hasPeers }
 
@@ -70,6 +77,23 @@ gpu_scheduler_peers 2
 # TYPE gpu_scheduler_pods_left_to_peers gauge
 gpu_scheduler_pods_left_to_peers 17
 `), "gpu_scheduler_peers", "gpu_scheduler_pods_left_to_peers"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSharedAndMIGGauges(t *testing.T) {
+	src := &sources{
+		shared: []ledger.SharerCount{{Model: "H100", Sharers: 3, Count: 2}},
+		mig:    []ledger.MIGCount{{Model: "H100", Profile: "1g.10gb", State: StateFree, Count: 4}},
+	}
+	if err := testutil.CustomCollectAndCompare(&fleetCollector{src: src}, strings.NewReader(`
+# HELP gpu_scheduler_mig_devices [ALPHA] MIG devices the agents publish, by model, profile and state: free (healthy, unused), allocated (in use by a pod), unhealthy.
+# TYPE gpu_scheduler_mig_devices gauge
+gpu_scheduler_mig_devices{model="H100",profile="1g.10gb",state="free"} 4
+# HELP gpu_scheduler_shared_gpus [ALPHA] GPUs held by Shared pods, by model and number of sharers (the pods sharing each; bounded by maxSharersPerGPU).
+# TYPE gpu_scheduler_shared_gpus gauge
+gpu_scheduler_shared_gpus{model="H100",sharers="3"} 2
+`), "gpu_scheduler_shared_gpus", "gpu_scheduler_mig_devices"); err != nil {
 		t.Error(err)
 	}
 }
