@@ -275,10 +275,11 @@ func (s Share) validate() error {
 }
 
 // MemoryOn is the memory the share takes of GPU g, in MiB: a percentage is resolved against
-// the GPU's memory and rounded up, so that shares of 25 % fit a GPU four times exactly.
+// the GPU's memory and rounded down (at least 1 MiB), so that percentages summing to 100 always
+// fit the GPU together (four 25 % shares of a 23034 MiB L4, rounded up, would not).
 func (s Share) MemoryOn(g *GPU) int64 {
 	if s.MemoryPercent > 0 {
-		return (g.MemoryMiB*int64(s.MemoryPercent) + 99) / 100
+		return max(1, g.MemoryMiB*int64(s.MemoryPercent)/100)
 	}
 	return s.MemoryMiB
 }

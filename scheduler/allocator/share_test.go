@@ -95,3 +95,17 @@ func TestWholeRequestsNeverTakeMIGModeGPUs(t *testing.T) {
 		t.Fatalf("pinned MIG GPU: %v", err)
 	}
 }
+
+func TestPercentSharesSumToTheWholeGPU(t *testing.T) {
+	n := NewBuilder("n").Standalone(0, 0).Node()
+	n.GPUs[0].MemoryMiB = 23034 // an L4: not a multiple of 4
+	req := Request{Count: 1, Exclusivity: Shared, Share: Share{MemoryPercent: 25}}
+	for i := 0; i < 4; i++ {
+		res, err := Allocate(n, req)
+		if err != nil {
+			t.Fatalf("quarter %d: %v", i+1, err)
+		}
+		n.GPUs[0].SharedHolders++
+		n.GPUs[0].SharedMemoryMiB += res.Shares[0].MemoryMiB
+	}
+}
