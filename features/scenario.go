@@ -113,6 +113,7 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerWorkloadSteps(sc)
 	registerLeaseSteps(sc)
 	registerHealthSteps(sc)
+	registerSharingSteps(sc)
 	registerLivenessSteps(sc)
 	registerLifecycleSteps(sc)
 	registerWebhookSteps(sc)
