@@ -50,3 +50,11 @@ Feature: Capped sharing of a GPU
       devices: {count: 1, exclusivity: Shared, share: {memoryPercent: 50}}
       """
     Then pod "c" is bound
+
+  Scenario: Two schedulers racing for one GPU's memory never over-commit it
+    Each scheduler judges the GPU from its own ledger; the join of the GPU's lease sums the
+    shares on the API server's copy, so the one that loses the race for the last room waits.
+    Given a second gpu-scheduler is running
+    When 10 pods each claim a Shared GPU with 30 % of its memory
+    Then 3 of them are bound and 7 stay pending
+    And no GPU's shares over-commit its memory or compute
