@@ -10,6 +10,11 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
+// DefaultMaxSharersPerGPU is the scheduler's default maxSharersPerGPU: how many Shared pods
+// one GPU serves at most. RequestFor sets it; the plugin puts its own setting in its place,
+// and clients that cannot read the scheduler's configuration (kubectl gpu) judge with it.
+const DefaultMaxSharersPerGPU = 16
+
 // RequestFor turns a claim's spec into an allocator request. The CRD schema rejects most bad
 // specs at apply time; this catches the rest (and objects written before the schema existed)
 // with a message that names the field.
@@ -37,6 +42,7 @@ func RequestFor(claim *apiv1.GpuClaim) (allocator.Request, error) {
 		req.Exclusivity = allocator.Exclusive
 	case apiv1.Shared:
 		req.Exclusivity = allocator.Shared
+		req.MaxSharers = DefaultMaxSharersPerGPU
 		if sh := d.Share; sh != nil {
 			req.Share = allocator.Share{MemoryMiB: sh.MemoryMiB, MemoryPercent: int(sh.MemoryPercent), ComputePercent: int(sh.ComputePercent)}
 			if err := checkShare(sh); err != nil {
