@@ -21,12 +21,14 @@ Feature: Bad input gets a clear answer
       | no devices               | {topology: {mode: Preferred}}                                     | spec.devices: Required value                                                                                                              |
       | gangTopology, no gang    | {devices: {count: 4}, gangTopology: {level: nvidia.com/gpu.clique}} | spec.gangTopology: Invalid value: gangTopology places the nodes of a gang together: set spec.gangRef                                     |
       | gangTopology, no level   | {devices: {count: 4}, gangRef: g, gangTopology: {mode: Required}} | spec.gangTopology.level: Required value                                                                                                   |
+      | MIG, no profile          | {devices: {count: 1, exclusivity: MIG}}                           | spec.devices: Invalid value: migProfile is set exactly when exclusivity is MIG: name the MIG profile (for example 1g.10gb) with exclusivity: MIG |
+      | a share, not Shared      | {devices: {count: 1, share: {memoryPercent: 25}}}                 | spec.devices: Invalid value: share is only used with exclusivity: Shared                                                                  |
 
   Scenario: A claim the scheduler cannot serve as written is Failed with the reason
     Given a cluster of 1 "dgx-a100" node
     Then the scheduler fails these GpuClaims:
-      | case | spec                                    | message                                                                                                            |
-      | MIG  | {devices: {count: 1, exclusivity: MIG}} | GpuClaim {namespace}/{name} is invalid: spec.devices.exclusivity MIG is not supported yet; use Exclusive or Shared |
+      | case | spec                                                         | message                                                                                                            |
+      | MIG  | {devices: {count: 1, exclusivity: MIG, migProfile: 1g.10gb}} | GpuClaim {namespace}/{name} is invalid: spec.devices.exclusivity MIG is not supported yet; use Exclusive or Shared |
 
   Scenario: A pod that names a claim that does not exist stays pending
     Given a cluster of 1 "dgx-a100" node

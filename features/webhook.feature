@@ -35,5 +35,5 @@ Feature: The admission webhook points containers at their GPUs and guards the al
   Scenario: A misspelt gpu.scheduling annotation is refused, naming the keys there are
     Then creating pod "typo" with annotation "gpu.scheduling/claim-name" set to "typo" is refused:
       """
-      pod {namespace}/typo: metadata.annotations: unknown key "gpu.scheduling/claim-name" under gpu.scheduling/: known keys are gpu.scheduling/claim, gpu.scheduling/claim-template, gpu.scheduling/gpu-scheduling-map, gpu.scheduling/node-strategy, gpu.scheduling/allocated, gpu.scheduling/gpu-ids
+      pod {namespace}/typo: metadata.annotations: unknown key "gpu.scheduling/claim-name" under gpu.scheduling/: known keys are gpu.scheduling/claim, gpu.scheduling/claim-template, gpu.scheduling/gpu-scheduling-map, gpu.scheduling/node-strategy, gpu.scheduling/allocated, gpu.scheduling/gpu-ids, gpu.scheduling/mig-devices, gpu.scheduling/share
       """
