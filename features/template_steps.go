@@ -434,15 +434,19 @@ func (st *scenario) createStatefulSet(ctx context.Context, name string, n int, t
 	return nil
 }
 
+// scaleStatefulSet sets the replicas, read afresh on a conflict: the StatefulSet controller
+// writes the object's status at the same time, as any user's kubectl scale races it.
 func scaleStatefulSet(ctx context.Context, name string, n int) error {
 	st := state(ctx)
-	s, err := st.suite.kube.AppsV1().StatefulSets(st.ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := st.suite.kube.AppsV1().StatefulSets(st.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = ptr.To(int32(n))
+		_, err = st.suite.kube.AppsV1().StatefulSets(st.ns).Update(ctx, s, metav1.UpdateOptions{})
 		return err
-	}
-	s.Spec.Replicas = ptr.To(int32(n))
-	_, err = st.suite.kube.AppsV1().StatefulSets(st.ns).Update(ctx, s, metav1.UpdateOptions{})
-	return err
+	})
 }
 
 // podRemade deletes a controller's pod and waits for its successor of the same name to be
