@@ -308,12 +308,18 @@ func (p *Plugin) containerResponse(ids []int, gpus []GPU) (*pluginapi.ContainerA
 	for _, c := range controlDevices {
 		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: "/dev/" + c, HostPath: p.cfg.DevRoot + "/" + c, Permissions: "rw"})
 	}
+	setVisibleDevices(resp, uuids)
+	return resp, nil
+}
+
+// setVisibleDevices names the handed devices to the container: NVIDIA_VISIBLE_DEVICES by UUID
+// (GPU-... or MIG-...), and CUDA_VISIBLE_DEVICES by ordinal, since inside the container the
+// handed devices are the only ones, numbered from 0.
+func setVisibleDevices(resp *pluginapi.ContainerAllocateResponse, uuids []string) {
 	resp.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(uuids, ",")
-	// Inside the container the handed GPUs are the only ones, numbered from 0.
-	ordinals := make([]string, len(ids))
-	for i := range ids {
+	ordinals := make([]string, len(uuids))
+	for i := range uuids {
 		ordinals[i] = strconv.Itoa(i)
 	}
 	resp.Envs["CUDA_VISIBLE_DEVICES"] = strings.Join(ordinals, ",")
-	return resp, nil
 }

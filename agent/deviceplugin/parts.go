@@ -257,12 +257,7 @@ func (p *Plugin) migContainerResponse(keys []int, gpus []GPU) (*pluginapi.Contai
 	for _, c := range controlDevices {
 		addNode(c)
 	}
-	resp.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(uuids, ",")
-	ordinals := make([]string, len(keys))
-	for i := range keys {
-		ordinals[i] = strconv.Itoa(i)
-	}
-	resp.Envs["CUDA_VISIBLE_DEVICES"] = strings.Join(ordinals, ",")
+	setVisibleDevices(resp, uuids)
 	return resp, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/yaml"
 
 	chart "github.com/gpu-scheduler/gpu-scheduler/charts/gpu-scheduler"
@@ -59,16 +57,10 @@ func applyCRDsCommand(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("apply-crds takes no arguments, got %q", fs.Args())
 	}
-	if kubeconfig != "" {
-		if err := os.Setenv("KUBECONFIG", kubeconfig); err != nil {
-			return err
-		}
-	}
-	cfg, err := ctrl.GetConfig()
+	cfg, err := subcommandConfig(kubeconfig, "gpu-controller-apply-crds")
 	if err != nil {
-		return fmt.Errorf("reading the client configuration: %w", err)
+		return err
 	}
-	cfg.UserAgent = "gpu-controller-apply-crds"
 	client, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("apiextensions client: %w", err)

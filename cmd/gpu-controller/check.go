@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -60,16 +58,10 @@ func checkCommand(args []string) error {
 	if o.namespace == "" {
 		return errors.New("--namespace: the release's namespace is required")
 	}
-	if kubeconfig != "" {
-		if err := os.Setenv("KUBECONFIG", kubeconfig); err != nil {
-			return err
-		}
-	}
-	cfg, err := ctrl.GetConfig()
+	cfg, err := subcommandConfig(kubeconfig, "gpu-controller-check")
 	if err != nil {
-		return fmt.Errorf("reading the client configuration: %w", err)
+		return err
 	}
-	cfg.UserAgent = "gpu-controller-check"
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
