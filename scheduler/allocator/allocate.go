@@ -125,6 +125,9 @@ func Allocate(n *Node, req Request) (Result, error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, fmt.Errorf("invalid request: %w", err)
 	}
+	if req.Exclusivity == MIG {
+		return allocateMIG(n, &req)
+	}
 	if len(req.Pinned) > 0 {
 		return pinned(n, &req)
 	}

@@ -44,9 +44,11 @@ type GPU struct {
 	ExclusiveHolder string
 	// SharedHolders counts the Shared pods using the GPU.
 	SharedHolders int
-	// MIGMode is true for a GPU in MIG mode: only its MIG devices are allocated, never the GPU
-	// whole, so no request of this package takes it.
+	// MIGMode is true for a GPU in MIG mode: only its MIG devices are allocated (MIG
+	// requests), never the GPU whole.
 	MIGMode bool
+	// MIG are the MIG devices of a GPU in MIG mode, sorted by slot.
+	MIG []MIGDevice
 	// MemoryMiB is the GPU's memory (0 when not reported); a Shared request's memory share is
 	// judged against it.
 	MemoryMiB int64
@@ -59,6 +61,21 @@ type GPU struct {
 	// counts only where UtilizationPercent is reported: a GPU whose kernels idle between
 	// requests but whose memory is full is busy all the same.
 	MemoryUsedPercent int
+}
+
+// MIGDevice is one MIG device of a GPU in MIG mode: a hardware partition that one pod holds.
+type MIGDevice struct {
+	// Slot is the device's placement start on its GPU, which names it there.
+	Slot    int
+	Profile string
+	Health  Health
+	// Holder is the UID of the pod holding the device, or "".
+	Holder string
+}
+
+// MIGSlot names one MIG device of a node: its GPU and its slot.
+type MIGSlot struct {
+	GPU, Slot int
 }
 
 // Node is the GPUs of one node, sorted by ID.
@@ -102,6 +119,11 @@ func (n *Node) GPU(id int) (*GPU, bool) {
 func (n *Node) Clone() *Node {
 	c := &Node{Name: n.Name, GPUs: make([]GPU, len(n.GPUs))}
 	copy(c.GPUs, n.GPUs)
+	for i := range c.GPUs {
+		if c.GPUs[i].MIG != nil {
+			c.GPUs[i].MIG = append([]MIGDevice(nil), c.GPUs[i].MIG...)
+		}
+	}
 	return c
 }
 
@@ -146,13 +168,20 @@ const (
 	Exclusive Exclusivity = iota
 	// Shared GPUs serve any number of Shared pods, never alongside an Exclusive one.
 	Shared
+	// MIG requests take MIG devices of one profile (Request.MIGProfile) on GPUs in MIG mode,
+	// each held by one pod; islands and topology play no part.
+	MIG
 )
 
 func (e Exclusivity) String() string {
-	if e == Shared {
+	switch e {
+	case Shared:
 		return "Shared"
+	case MIG:
+		return "MIG"
+	default:
+		return "Exclusive"
 	}
-	return "Exclusive"
 }
 
 // TopologyMode is how strongly a request needs island-local, high-bandwidth GPUs.
@@ -191,6 +220,8 @@ type Request struct {
 	Share Share
 	// MaxSharers bounds the Shared pods of one GPU, this one included (0: no bound).
 	MaxSharers int
+	// MIGProfile is a MIG request's profile (1g.10gb): it takes Count MIG devices of it.
+	MIGProfile string
 	// Pinned, when set, are the exact GPU IDs to take (an explicit placement, the scheduling
 	// map's entry): each must exist, be healthy and be free for the request's exclusivity, or
 	// the node is unfit. Count must equal len(Pinned); Policy and Topology play no part.
@@ -205,8 +236,14 @@ func (r *Request) Validate() error {
 	if r.Policy > PreferIDs {
 		return fmt.Errorf("unknown policy %v", r.Policy)
 	}
-	if r.Exclusivity > Shared {
+	if r.Exclusivity > MIG {
 		return fmt.Errorf("unknown exclusivity %d", r.Exclusivity)
+	}
+	if (r.Exclusivity == MIG) != (r.MIGProfile != "") {
+		return fmt.Errorf("a MIG profile is stated exactly for MIG requests")
+	}
+	if r.Exclusivity == MIG && (r.Policy == PreferIDs || len(r.Pinned) > 0) {
+		return fmt.Errorf("a MIG request names no GPUs: preferIds and pinned GPUs are for whole GPUs")
 	}
 	if r.Topology > Ignore {
 		return fmt.Errorf("unknown topology mode %d", r.Topology)
@@ -342,6 +379,9 @@ type Result struct {
 	Islands int
 	// Note explains a fallback ("preferred GPU 3 is held; used 2,4"), or is empty.
 	Note string
+	// MIG are a MIG request's devices, sorted by GPU and slot; IDs are then the GPUs they
+	// are on.
+	MIG []MIGSlot
 }
 
 // Unfit is the reason a node cannot serve a request.
