@@ -47,6 +47,19 @@ var (
 		Help:           "Writes of the node agent's liveness Lease to the API server, by result.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	// MPSDaemons is how many MPS control daemons the agent runs (one per GPU Shared pods hold,
+	// with --mps).
+	MPSDaemons = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "mps_daemons",
+		Help:           "MPS control daemons the agent runs, one per GPU that Shared pods hold (--mps).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	// MPSRestarts counts MPS control daemons that died and were started again.
+	MPSRestarts = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "mps_daemon_restarts_total",
+		Help:           "MPS control daemons that died and were started again.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	// NVMLInitFailures counts failed NVML initialisations.
 	NVMLInitFailures = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem, Name: "nvml_init_failures_total",
@@ -80,7 +93,7 @@ var once sync.Once
 // Register registers the metrics in the legacy registry; later calls do nothing.
 func Register() {
 	once.Do(func() {
-		legacyregistry.MustRegister(GPUHealth, Events, XidErrors, ECCErrors, StatusWrites, LivenessWrites, NVMLInitFailures, LabelPatches)
+		legacyregistry.MustRegister(GPUHealth, Events, XidErrors, ECCErrors, StatusWrites, LivenessWrites, NVMLInitFailures, LabelPatches, MPSDaemons, MPSRestarts)
 	})
 }
 
