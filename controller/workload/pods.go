@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -36,6 +37,46 @@ func replicaOf(pod *corev1.Pod) (index, attempt int32, ok bool) {
 	return int32(i), int32(a), true
 }
 
+// Kueue's pod integration (sigs.k8s.io/kueue, docs/kueue.md). Kueue queues a pod that carries
+// the queue label; pods that share a group label form one Kueue Workload, admitted as a whole
+// once the group's total count of pods exists. Its webhook gates each such pod
+// (kueue.x-k8s.io/admission) until the Workload is admitted.
+const (
+	// KueueQueueLabel names the LocalQueue. On a GpuWorkload it puts all its pods, as one
+	// group, in that queue.
+	KueueQueueLabel = "kueue.x-k8s.io/queue-name"
+	// KueuePodGroupLabel names the pod group, and so Kueue's Workload.
+	KueuePodGroupLabel = "kueue.x-k8s.io/pod-group-name"
+	// KueuePodGroupTotalCountAnnotation is how many pods the group has.
+	KueuePodGroupTotalCountAnnotation = "kueue.x-k8s.io/pod-group-total-count"
+)
+
+// queueName is the Kueue LocalQueue of a workload's pods: the workload's queue label, else its
+// template's ("" when neither names one). A queue named on the template alone would otherwise
+// make each pod a Workload of its own, admitted one by one, which splits a gang.
+func queueName(gw *apiv1.GpuWorkload) string {
+	if q := gw.Labels[KueueQueueLabel]; q != "" {
+		return q
+	}
+	return gw.Spec.Template.Labels[KueueQueueLabel]
+}
+
+// podGroupName is the Kueue pod group of a workload's pods, which is also the name of Kueue's
+// Workload for them: the workload's name and the start of its UID, so that a workload deleted
+// and made again under the same name never joins the group, or the Workload, of the old one.
+// The name is cut to fit a label value (63 characters).
+func podGroupName(gw *apiv1.GpuWorkload) string {
+	uid := string(gw.UID)
+	if len(uid) > 8 {
+		uid = uid[:8]
+	}
+	name := gw.Name
+	if n := validation.LabelValueMaxLength - len(uid) - 1; len(name) > n {
+		name = name[:n]
+	}
+	return name + "-" + uid
+}
+
 // newPod builds attempt a of replica i from the workload's template. What the controller owns
 // on the pod (scheduler, claim, strategy, priority class, its labels) overrides the template.
 func newPod(gw *apiv1.GpuWorkload, schedulerName string, index, attempt int32) *corev1.Pod {
@@ -60,6 +101,13 @@ func newPod(gw *apiv1.GpuWorkload, schedulerName string, index, attempt int32) *
 	pod.Labels[apiv1.LabelAttempt] = strconv.Itoa(int(attempt))
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
+	}
+	// A queued workload's group is the controller's: one per workload, of all its replicas,
+	// whatever the template says.
+	if q := queueName(gw); q != "" {
+		pod.Labels[KueueQueueLabel] = q
+		pod.Labels[KueuePodGroupLabel] = podGroupName(gw)
+		pod.Annotations[KueuePodGroupTotalCountAnnotation] = strconv.Itoa(int(gw.Spec.WorkloadReplicas()))
 	}
 	// Only the scheduler writes the allocation; a template that carries one gets none.
 	for _, k := range []string{apiv1.AnnotationClaim, apiv1.AnnotationClaimTemplate, apiv1.AnnotationAllocated, apiv1.AnnotationGPUIDs, apiv1.AnnotationNodeStrategy} {
