@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -36,9 +37,17 @@ type hold struct {
 	share allocator.Resolved
 }
 
+// gpuRef names what a pod holds: GPU id of node whole, or (mig > 0) its MIG device at slot
+// mig-1.
 type gpuRef struct {
 	node string
 	id   int
+	mig  int
+}
+
+// migRef is the gpuRef of MIG device m of node.
+func migRef(node string, m allocator.MIGSlot) gpuRef {
+	return gpuRef{node: node, id: m.GPU, mig: m.Slot + 1}
 }
 
 // nodeEntry is what the plugin knows of one node's GPUs.
@@ -58,6 +67,9 @@ type nodeEntry struct {
 	mig map[int][]migDevice
 	// holds maps GPU ID -> pod UID -> hold.
 	holds map[int]map[types.UID]*hold
+	// migHolds maps a MIG device -> pod UID -> the sources of its hold. A MIG device is held
+	// by one pod; a second holder seen (two schedulers' leases racing) keeps it held as well.
+	migHolds map[allocator.MIGSlot]map[types.UID]Source
 	// sum is recomputed on every change of base or holds, so that PreFilter can scan
 	// thousands of nodes without building an allocator view of each.
 	sum nodeSummary
@@ -101,17 +113,21 @@ type islandSummary struct {
 
 type nodeSummary struct {
 	islands []islandSummary
+	// mig counts the free, healthy MIG devices by profile (nil when none).
+	mig map[string]int
 }
 
 // recompute refreshes e.sum and e.view from e.base and e.holds.
 func (e *nodeEntry) recompute() {
 	e.sum.islands = e.sum.islands[:0]
+	e.sum.mig = nil
 	e.view = nil
 	e.gen++
 	if e.base == nil {
 		return
 	}
 	e.view = e.applyHolds("")
+	e.sum.mig = allocator.FreeMIG(e.view)
 	idx := map[string]int{}
 	for i := range e.base.GPUs {
 		g := &e.base.GPUs[i]
@@ -198,6 +214,14 @@ func (e *nodeEntry) applyHoldsExcept(skip func(types.UID) bool) *allocator.Node 
 				g.ExclusiveHolder = string(uid)
 			}
 		}
+		for k := range g.MIG {
+			d := &g.MIG[k]
+			for uid := range e.migHolds[allocator.MIGSlot{GPU: g.ID, Slot: d.Slot}] {
+				if !skip(uid) {
+					d.Holder = string(uid)
+				}
+			}
+		}
 	}
 	return n
 }
@@ -233,6 +257,19 @@ type room struct {
 // (free, or shareable for a Shared request, at any bandwidth) in the tightest island that holds
 // the request at the fit found, and on the whole node.
 func (s *nodeSummary) fitsWithFree(req *allocator.Request) (Fit, room) {
+	if req.Exclusivity == allocator.MIG {
+		// MIG devices have no islands: a node fits at the top tier or not at all, and its
+		// room is its free devices of the profile, then of all profiles.
+		free := s.mig[req.MIGProfile]
+		if free < req.Count {
+			return FitNone, room{}
+		}
+		all := 0
+		for _, n := range s.mig {
+			all += n
+		}
+		return FitIslandBandwidth, room{free, all}
+	}
 	total, best, bestBW, all := 0, 0, 0, 0
 	tight, tightBW := -1, -1 // GPUs of the smallest island that holds the request (at the bandwidth)
 	for i := range s.islands {
@@ -330,12 +367,16 @@ func (s *nodeSummary) shapeKey() string {
 		}
 	}
 	slices.Sort(islands)
-	return strings.Join(islands, "|")
+	key := strings.Join(islands, "|")
+	if len(s.mig) > 0 {
+		key += "|mig" + allocator.FormatProfileCounts(s.mig)
+	}
+	return key
 }
 
 // clone copies a summary (recompute reuses the entry's own).
 func (s *nodeSummary) clone() nodeSummary {
-	out := nodeSummary{islands: make([]islandSummary, len(s.islands))}
+	out := nodeSummary{islands: make([]islandSummary, len(s.islands)), mig: maps.Clone(s.mig)}
 	for i, is := range s.islands {
 		out.islands[i] = islandSummary{free: slices.Clone(is.free), shareable: slices.Clone(is.shareable), minFree: is.minFree, minShareable: is.minShareable, rooms: slices.Clone(is.rooms)}
 	}
@@ -384,7 +425,7 @@ func New() *Ledger {
 func (c *Ledger) entry(node string) *nodeEntry {
 	e := c.nodes[node]
 	if e == nil {
-		e = &nodeEntry{holds: map[int]map[types.UID]*hold{}}
+		e = &nodeEntry{holds: map[int]map[types.UID]*hold{}, migHolds: map[allocator.MIGSlot]map[types.UID]Source{}}
 		c.nodes[node] = e
 	}
 	return e
@@ -443,7 +484,7 @@ func (c *Ledger) DeleteStatus(node string) {
 
 // dropIfEmpty forgets an entry that holds nothing any more.
 func (c *Ledger) dropIfEmpty(node string, e *nodeEntry) {
-	if e.base == nil && len(e.holds) == 0 && e.renewed.IsZero() {
+	if e.base == nil && len(e.holds) == 0 && len(e.migHolds) == 0 && e.renewed.IsZero() {
 		delete(c.nodes, node)
 	}
 }
@@ -522,6 +563,9 @@ func NodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
 			MemoryMiB:          max(0, d.MemoryMiB),
 			MIGMode:            d.MIG != nil && d.MIG.Enabled,
 		}
+		if g.MIGMode {
+			g.MIG = migDevicesOf(d.MIG)
+		}
 		switch d.Health {
 		case apiv1.Healthy:
 			g.Health = allocator.Healthy
@@ -541,6 +585,34 @@ func NodeFromStatus(gns *apiv1.GpuNodeStatus) *allocator.Node {
 	}
 	n.SortGPUs()
 	return n
+}
+
+// migDevicesOf converts a GPU's MIG devices, sorted by slot; a slot out of range or seen
+// before is dropped (the first wins), as is a device without a profile: it serves no request.
+func migDevicesOf(m *apiv1.DeviceMIG) []allocator.MIGDevice {
+	out := make([]allocator.MIGDevice, 0, len(m.Devices))
+	seen := map[int32]bool{}
+	for _, d := range m.Devices {
+		if d.Slot < 0 || d.Slot > apiv1.MaxMIGSlot || seen[d.Slot] || d.Profile == "" || len(out) == apiv1.MaxMIGDevicesPerGPU {
+			continue
+		}
+		seen[d.Slot] = true
+		out = append(out, allocator.MIGDevice{Slot: int(d.Slot), Profile: d.Profile, Health: healthOf(d.Health)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
+	return out
+}
+
+// healthOf converts a reported health; anything but Healthy or Unhealthy is Unknown.
+func healthOf(h apiv1.Health) allocator.Health {
+	switch h {
+	case apiv1.Healthy:
+		return allocator.Healthy
+	case apiv1.Unhealthy:
+		return allocator.Unhealthy
+	default:
+		return allocator.Unknown
+	}
 }
 
 // snapshot returns the allocator's view of a node with every hold applied, or nil when no
@@ -612,13 +684,18 @@ func (e *nodeEntry) holdsPod(uid types.UID) bool {
 			return true
 		}
 	}
+	for _, holders := range e.migHolds {
+		if _, ok := holders[uid]; ok {
+			return true
+		}
+	}
 	return false
 }
 
 // RequestKey identifies a request's shape: requests with the same key get the same placement
 // on the same node view.
 func RequestKey(r *allocator.Request) string {
-	return fmt.Sprintf("%d/%d/%d/%d/%d/%v/%v/%v/%d", r.Count, r.Policy, r.Exclusivity, r.Topology, r.MinBandwidthGBps, r.PreferIDs, r.Pinned, r.Share, r.MaxSharers)
+	return fmt.Sprintf("%d/%d/%d/%d/%d/%v/%v/%v/%d/%s", r.Count, r.Policy, r.Exclusivity, r.Topology, r.MinBandwidthGBps, r.PreferIDs, r.Pinned, r.Share, r.MaxSharers, r.MIGProfile)
 }
 
 // Candidate is a node that can serve a request, and its room for it.
@@ -674,6 +751,75 @@ func (c *Ledger) FitsOn(node string, req *allocator.Request, oldest time.Time) b
 	return e != nil && e.base != nil && !e.heartbeat.Before(oldest) && e.sum.fits(req) != FitNone
 }
 
+// AddMIG records that pod uid holds the MIG devices refs of node, for the given source.
+func (c *Ledger) AddMIG(uid types.UID, node string, refs []allocator.MIGSlot, src Source) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.addMIGLocked(uid, node, refs, src)
+}
+
+func (c *Ledger) addMIGLocked(uid types.UID, node string, refs []allocator.MIGSlot, src Source) {
+	e := c.entry(node)
+	mine := c.byPod[uid]
+	if mine == nil {
+		mine = map[gpuRef]bool{}
+		c.byPod[uid] = mine
+	}
+	for _, m := range refs {
+		holders := e.migHolds[m]
+		if holders == nil {
+			holders = map[types.UID]Source{}
+			e.migHolds[m] = holders
+		}
+		holders[uid] |= src
+		mine[migRef(node, m)] = true
+	}
+	e.recompute()
+	c.reshape(node, e)
+}
+
+// RemoveMIG drops the given source of pod uid's holds on the MIG devices refs of node; holds
+// left with no source are released.
+func (c *Ledger) RemoveMIG(uid types.UID, node string, refs []allocator.MIGSlot, src Source) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mine := c.byPod[uid]
+	e := c.nodes[node]
+	for _, m := range refs {
+		ref := migRef(node, m)
+		if !mine[ref] {
+			continue
+		}
+		if e != nil && !c.dropMIG(e, uid, m, src) {
+			continue
+		}
+		delete(mine, ref)
+	}
+	if e != nil {
+		e.recompute()
+		c.reshape(node, e)
+		c.dropIfEmpty(node, e)
+	}
+	if len(mine) == 0 {
+		delete(c.byPod, uid)
+	}
+}
+
+// dropMIG drops src from uid's hold on MIG device m of e, and reports whether the hold is
+// gone.
+func (c *Ledger) dropMIG(e *nodeEntry, uid types.UID, m allocator.MIGSlot, src Source) bool {
+	holders := e.migHolds[m]
+	if left := holders[uid] &^ src; left != 0 {
+		holders[uid] = left
+		return false
+	}
+	delete(holders, uid)
+	if len(holders) == 0 {
+		delete(e.migHolds, m)
+	}
+	return true
+}
+
 // Add records that pod uid holds GPUs ids on node, for the given source.
 func (c *Ledger) Add(uid types.UID, node string, ids []int, shared bool, src Source) {
 	c.mu.Lock()
@@ -720,7 +866,7 @@ func (c *Ledger) addSharesLocked(uid types.UID, node string, ids []int, shared b
 		if i < len(shares) && shares[i] != (allocator.Resolved{}) {
 			h.share = shares[i]
 		}
-		refs[gpuRef{node, id}] = true
+		refs[gpuRef{node: node, id: id}] = true
 	}
 	e.recompute()
 	c.reshape(node, e)
@@ -740,12 +886,21 @@ func (c *Ledger) removeLocked(uid types.UID, node string, ids []int, src Source)
 		if node != "" && ref.node != node {
 			continue
 		}
-		if ids != nil && !slices.Contains(ids, ref.id) {
-			continue
+		if ids != nil && (ref.mig > 0 || !slices.Contains(ids, ref.id)) {
+			continue // GPUs named by ID are whole GPUs; RemoveMIG drops MIG devices
 		}
 		e := c.nodes[ref.node]
 		if e == nil {
 			delete(refs, ref)
+			continue
+		}
+		if ref.mig > 0 {
+			if c.dropMIG(e, uid, allocator.MIGSlot{GPU: ref.id, Slot: ref.mig - 1}, src) {
+				delete(refs, ref)
+				e.recompute()
+				c.reshape(ref.node, e)
+				c.dropIfEmpty(ref.node, e)
+			}
 			continue
 		}
 		h := e.holds[ref.id][uid]
@@ -782,7 +937,8 @@ func (c *Ledger) Forget(uid types.UID) {
 	}
 }
 
-// HoldsOf returns the node and GPU IDs a pod holds (sorted), if any.
+// HoldsOf returns the node and GPU IDs a pod holds (sorted), if any; for the MIG devices it
+// holds, the GPUs they are on.
 func (c *Ledger) HoldsOf(uid types.UID) (string, []int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -790,10 +946,36 @@ func (c *Ledger) HoldsOf(uid types.UID) (string, []int) {
 	var ids []int
 	for ref := range c.byPod[uid] {
 		node = ref.node
-		ids = append(ids, ref.id)
+		if !slices.Contains(ids, ref.id) {
+			ids = append(ids, ref.id)
+		}
 	}
 	sort.Ints(ids)
 	return node, ids
+}
+
+// MIGHoldsOf returns the MIG devices a pod holds on node, sorted by GPU and slot.
+func (c *Ledger) MIGHoldsOf(uid types.UID, node string) []allocator.MIGSlot {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []allocator.MIGSlot
+	for ref := range c.byPod[uid] {
+		if ref.mig > 0 && ref.node == node {
+			out = append(out, allocator.MIGSlot{GPU: ref.id, Slot: ref.mig - 1})
+		}
+	}
+	sortMIG(out)
+	return out
+}
+
+// sortMIG sorts MIG devices by GPU, then slot.
+func sortMIG(ms []allocator.MIGSlot) {
+	sort.Slice(ms, func(i, j int) bool {
+		if ms[i].GPU != ms[j].GPU {
+			return ms[i].GPU < ms[j].GPU
+		}
+		return ms[i].Slot < ms[j].Slot
+	})
 }
 
 // Reserve atomically re-checks a placement against the current ledger and records it. It
@@ -809,7 +991,11 @@ func (c *Ledger) Reserve(uid types.UID, claimKey, node string, req allocator.Req
 	if err != nil {
 		return allocator.Result{}, err
 	}
-	c.addSharesLocked(uid, node, res.IDs, req.Exclusivity == allocator.Shared, res.Shares, FromReservation)
+	if req.Exclusivity == allocator.MIG {
+		c.addMIGLocked(uid, node, res.MIG, FromReservation)
+	} else {
+		c.addSharesLocked(uid, node, res.IDs, req.Exclusivity == allocator.Shared, res.Shares, FromReservation)
+	}
 	if old, ok := c.claims[claimKey]; ok && old != uid {
 		delete(c.claimOf, old)
 	}

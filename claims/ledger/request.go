@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"regexp"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -50,9 +51,21 @@ func RequestFor(claim *apiv1.GpuClaim) (allocator.Request, error) {
 			}
 		}
 	case apiv1.MIG:
-		return req, fmt.Errorf("spec.devices.exclusivity MIG is not supported yet; use Exclusive or Shared")
+		req.Exclusivity = allocator.MIG
+		if err := checkMIGProfile(d.MigProfile); err != nil {
+			return req, err
+		}
+		req.MIGProfile = d.MigProfile
+		if req.Policy == allocator.PreferIDs {
+			return req, fmt.Errorf("spec.devices.policy preferIds names whole GPUs; a MIG claim cannot use it")
+		}
+		// MIG devices have no islands: the claim's policy and topology play no part.
+		req.Policy, req.PreferIDs = allocator.Contiguous, nil
 	default:
-		return req, fmt.Errorf("spec.devices.exclusivity %q is not one of Exclusive, Shared", d.Exclusivity)
+		return req, fmt.Errorf("spec.devices.exclusivity %q is not one of Exclusive, Shared, MIG", d.Exclusivity)
+	}
+	if d.MigProfile != "" && req.Exclusivity != allocator.MIG {
+		return req, fmt.Errorf("spec.devices.migProfile is only for exclusivity MIG, got %s", d.Exclusivity)
 	}
 	if d.Share != nil && req.Exclusivity != allocator.Shared {
 		return req, fmt.Errorf("spec.devices.share is only for exclusivity Shared, got %s", d.Exclusivity)
@@ -80,10 +93,30 @@ func RequestFor(claim *apiv1.GpuClaim) (allocator.Request, error) {
 			}
 		}
 	}
+	if req.Exclusivity == allocator.MIG {
+		req.Topology, req.MinBandwidthGBps = allocator.Ignore, 0
+	}
 	if err := req.Validate(); err != nil {
 		return req, fmt.Errorf("spec: %w", err)
 	}
 	return req, nil
+}
+
+// migProfilePattern is the CRD schema's pattern of spec.devices.migProfile.
+var migProfilePattern = regexp.MustCompile(`^[1-8]g\.[0-9]+gb(\+[a-z]+)?$`)
+
+// checkMIGProfile names what is wrong with a MIG profile the CRD schema would have refused.
+func checkMIGProfile(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("spec.devices.migProfile is empty: a MIG claim names the MIG profile of its devices (for example 1g.10gb)")
+	case len(p) > 32 || !migProfilePattern.MatchString(p):
+		if len(p) > 32 {
+			p = p[:32] + "..."
+		}
+		return fmt.Errorf("spec.devices.migProfile %q is no MIG profile: want <compute slices>g.<memory>gb, for example 1g.10gb or 3g.40gb", p)
+	}
+	return nil
 }
 
 // checkShare names what is wrong with a share the CRD schema would have refused.

@@ -307,7 +307,7 @@ func TestPreFilterRejections(t *testing.T) {
 	}{
 		{ledgertest.Pod("plain", ""), fwk.Skip, ""},
 		{ledgertest.Pod("missing", "nope"), fwk.UnschedulableAndUnresolvable, "GpuClaim ns/nope named by pod missing does not exist"},
-		{ledgertest.Pod("mig", "mig"), fwk.UnschedulableAndUnresolvable, "GpuClaim ns/mig is invalid: spec.devices.exclusivity MIG is not supported yet; use Exclusive or Shared"},
+		{ledgertest.Pod("mig", "mig"), fwk.UnschedulableAndUnresolvable, "GpuClaim ns/mig is invalid: spec.devices.migProfile is empty"},
 		{ledgertest.Pod("empty", ""), fwk.Skip, ""},
 	}
 	tests[3].pod.Annotations[apiv1.AnnotationClaim] = ""

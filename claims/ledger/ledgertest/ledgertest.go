@@ -69,3 +69,32 @@ func IndexedPod(i int) *v1.Pod {
 	p.Annotations[apiv1.AnnotationSchedulingMap] = SchedulingMap
 	return p
 }
+
+// MIGStatus is a mixed node of eight GPUs in one island: GPUs 0-3 in MIG mode (0: seven
+// 1g.10gb at slots 0-6; 1: two 3g.40gb at slots 0 and 4; 2: a 2g.20gb at 0, a 1g.20gb at 2 and
+// 1g.10gb at 4 and 5; 3: no devices), GPUs 4-7 whole, as the dgx-h100-mig preset lays them out.
+func MIGStatus(node string, heartbeat time.Time) *apiv1.GpuNodeStatus {
+	s := &apiv1.GpuNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: apiv1.GpuNodeStatusSpec{NodeName: node}}
+	dev := func(slot int32, profile string) apiv1.MigDevice {
+		return apiv1.MigDevice{Slot: slot, Profile: profile, Health: apiv1.Healthy, UUID: fmt.Sprintf("MIG-%s-%d", profile, slot)}
+	}
+	for i := int32(0); i < 8; i++ {
+		d := apiv1.Device{ID: i, Health: apiv1.Healthy, Island: "nvswitch", BandwidthGBps: 900, MemoryMiB: 81559, Product: "NVIDIA H100 80GB HBM3"}
+		if i < 4 {
+			d.MIG = &apiv1.DeviceMIG{Enabled: true, Slices: 8}
+		}
+		switch i {
+		case 0:
+			for slot := int32(0); slot < 7; slot++ {
+				d.MIG.Devices = append(d.MIG.Devices, dev(slot, "1g.10gb"))
+			}
+		case 1:
+			d.MIG.Devices = []apiv1.MigDevice{dev(0, "3g.40gb"), dev(4, "3g.40gb")}
+		case 2:
+			d.MIG.Devices = []apiv1.MigDevice{dev(0, "2g.20gb"), dev(2, "1g.20gb"), dev(4, "1g.10gb"), dev(5, "1g.10gb")}
+		}
+		s.Status.Devices = append(s.Status.Devices, d)
+	}
+	s.Status.LastHeartbeatTime = metav1.NewTime(heartbeat)
+	return s
+}
