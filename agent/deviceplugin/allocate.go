@@ -146,6 +146,9 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			if cresp, err = p.containerResponse(ids, gpus); err == nil {
 				err = shareEnv(match.pod, len(ids), cresp.Envs)
 			}
+			if err == nil {
+				err = p.mpsClient(ctx, ids, gpus, cresp)
+			}
 		default:
 			cresp, err = p.containerResponse(ids, gpus)
 		}

@@ -2,6 +2,8 @@ package deviceplugin_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/agent/deviceplugin"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mps"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
@@ -195,5 +198,65 @@ func TestSharedPodGetsItsGPUAndLimits(t *testing.T) {
 	rogue := n.bindParts(res, 1, nil)
 	if _, err := n.admit(rogue); err == nil {
 		t.Fatal("a Shared pod without an allocation was admitted")
+	}
+}
+
+// TestSharedPodUnderMPSGetsItsGPUsDaemon: with the agent running MPS, a Shared pod's container
+// is handed its GPU's MPS control daemon, started for that GPU only (a stand-in
+// nvidia-cuda-mps-control records how it was run): the pipe directory mounted and named by
+// CUDA_MPS_PIPE_DIRECTORY, the daemons' shared memory as /dev/shm, beside its limits. A pod
+// sharing two GPUs is refused: a CUDA process reaches one daemon.
+func TestSharedPodUnderMPSGetsItsGPUsDaemon(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls.log")
+	bin := filepath.Join(dir, "nvidia-cuda-mps-control")
+	script := "#!/bin/sh\n[ \"$1\" = -f ] || exit 0\necho \"$* $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY\" >> " + log +
+		"\ntouch \"$CUDA_MPS_PIPE_DIRECTORY/control\"\nexec sleep 600\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	root := filepath.Join(dir, "mps")
+	m := mps.New(ctx, mps.Config{Control: bin, Root: root, QuitTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { cancel(); m.Wait() })
+
+	res := corev1.ResourceName(deviceplugin.SharedResourceName)
+	n := partsNode(t, func(c *deviceplugin.Config) {
+		c.Mode, c.Replicas, c.MPS = deviceplugin.ModeShared, 4, mps.Plugin(m)
+	})
+	n.waitFor(res, 16)
+	pod := n.bindParts(res, 1, map[string]string{
+		apiv1.AnnotationAllocated: apiv1.Allocation{Node: nodeName, IDs: []int{5}}.String(), apiv1.AnnotationGPUIDs: "5",
+		apiv1.AnnotationShare: "memoryMiB=20480",
+	})
+	opts, err := n.admit(pod)
+	if err != nil {
+		t.Fatalf("admitting a Shared pod under MPS: %v", err)
+	}
+	pipe := filepath.Join(root, n.gpus[5].UUID, "pipe")
+	e := env(opts)
+	if e["CUDA_MPS_PIPE_DIRECTORY"] != pipe || e["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=20480M" {
+		t.Errorf("CUDA_MPS_PIPE_DIRECTORY=%q, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%q; want %q and 0=20480M", e["CUDA_MPS_PIPE_DIRECTORY"], e["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], pipe)
+	}
+	mounts := map[string]string{}
+	for _, mt := range opts.Mounts {
+		mounts[mt.ContainerPath] = mt.HostPath
+	}
+	if mounts[pipe] != pipe || mounts["/dev/shm"] != filepath.Join(root, "shm") {
+		t.Errorf("mounts %v, want the pipe directory %s and %s as /dev/shm", mounts, pipe, filepath.Join(root, "shm"))
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "-f " + n.gpus[5].UUID + " " + pipe + "\n"; string(b) != want {
+		t.Errorf("daemons run: %q, want one for GPU 5 only: %q", b, want)
+	}
+
+	two := n.bindParts(res, 2, map[string]string{
+		apiv1.AnnotationAllocated: apiv1.Allocation{Node: nodeName, IDs: []int{6, 7}}.String(), apiv1.AnnotationGPUIDs: "6,7",
+	})
+	if _, err := n.admit(two); err == nil || !strings.Contains(err.Error(), "cannot share 2 GPUs") {
+		t.Fatalf("a pod sharing two GPUs under MPS: %v, want refused", err)
 	}
 }

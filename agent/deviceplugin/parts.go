@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -259,6 +260,46 @@ func (p *Plugin) migContainerResponse(keys []int, gpus []GPU) (*pluginapi.Contai
 	}
 	setVisibleDevices(resp, uuids)
 	return resp, nil
+}
+
+// MPS runs the MPS control daemon of a shared GPU (mps.Manager).
+type MPS interface {
+	// Ensure starts the daemon of GPU uuid unless it runs, waits until it serves and returns
+	// its pipe directory and shared-memory directory on the host; both empty: the node runs
+	// no MPS (the control binary is missing), the GPU is shared without it.
+	Ensure(ctx context.Context, uuid string) (pipeDir, shmDir string, err error)
+}
+
+// mpsClient makes a Shared container a client of its GPU's MPS control daemon: the daemon's
+// pipe directory (at the same path, named by CUDA_MPS_PIPE_DIRECTORY) and the shared memory
+// it uses as /dev/shm. A CUDA client reaches one daemon, and the agent runs one per GPU, so a
+// container of several shared GPUs cannot be served under MPS: with the GPUs in
+// EXCLUSIVE_PROCESS mode it could not use them, so it is refused, with the reason.
+func (p *Plugin) mpsClient(ctx context.Context, ids []int, gpus []GPU, resp *pluginapi.ContainerAllocateResponse) error {
+	if p.cfg.MPS == nil {
+		return nil
+	}
+	if len(ids) != 1 {
+		return fmt.Errorf("the node runs an MPS control daemon per shared GPU and a CUDA process reaches only one, so a container cannot share %d GPUs (%s) under MPS: "+
+			"ask for one shared GPU per pod, or for whole GPUs (exclusivity: Exclusive)", len(ids), apiv1.FormatIDs(ids))
+	}
+	i := slices.IndexFunc(gpus, func(g GPU) bool { return g.Index == ids[0] })
+	if i < 0 {
+		return fmt.Errorf("GPU %d is not on this node", ids[0])
+	}
+	pipe, shm, err := p.cfg.MPS.Ensure(ctx, gpus[i].UUID)
+	if err != nil {
+		return fmt.Errorf("the MPS control daemon of GPU %d: %w", ids[0], err)
+	}
+	if pipe == "" {
+		return nil
+	}
+	resp.Envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: pipe, HostPath: pipe})
+	if shm != "" {
+		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: "/dev/shm", HostPath: shm})
+	}
+	return nil
 }
 
 // shareEnv tells a Shared pod's container its limits as CUDA MPS reads them, from the pod's

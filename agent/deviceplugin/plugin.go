@@ -123,6 +123,11 @@ type Config struct {
 	// OnRefusal, when set, is called when the plugin starts refusing to serve (with the reason)
 	// and when it serves again (with "").
 	OnRefusal func(reason string)
+	// MPS, when set, runs the MPS control daemons of shared GPUs (package agent/mps): a
+	// ModeShared Allocate has it start the daemon of each GPU it hands over before the
+	// container starts, mounts the daemon's pipe directory and shared memory into the
+	// container and points CUDA_MPS_PIPE_DIRECTORY at it. nil: no MPS, shares accounted only.
+	MPS MPS
 	// RecheckInterval is how often the plugin checks that its socket still exists (the kubelet
 	// removes every socket when it restarts, and the plugin then serves and registers again)
 	// and looks for other GPU device plugins. Default 5s.

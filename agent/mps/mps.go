@@ -384,3 +384,15 @@ func isClosed(c chan struct{}) bool {
 		return false
 	}
 }
+
+// Plugin is m as the device plugin asks for a GPU's daemon (deviceplugin.MPS).
+func Plugin(m *Manager) PluginMPS { return PluginMPS{m: m} }
+
+// PluginMPS adapts a Manager to the device plugin.
+type PluginMPS struct{ m *Manager }
+
+// Ensure is Manager.Ensure, the client's directories apart.
+func (p PluginMPS) Ensure(ctx context.Context, uuid string) (pipeDir, shmDir string, err error) {
+	c, err := p.m.Ensure(ctx, uuid)
+	return c.PipeDir, c.ShmDir, err
+}
