@@ -41,6 +41,11 @@ type KueueOptions struct {
 	Name string
 	// Namespace Kueue runs in (its Secret, its webhook Service); default "kueue-system".
 	Namespace string
+	// PodNamespaces, when set, turns on Kueue's pod integration for the namespaces it selects:
+	// the "pod" framework, its managedJobsNamespaceSelector, and its pod webhooks registered
+	// for those namespaces only. Kueue's pod webhooks fail closed, so registered for every
+	// namespace they would hold each pod of the cluster on a call to Kueue.
+	PodNamespaces *metav1.LabelSelector
 }
 
 // Kueue is a running Kueue controller manager (sigs.k8s.io/kueue, built by hack/build-tools.sh
@@ -65,9 +70,10 @@ type Kueue struct {
 // be loopback (the API refuses loopback endpoints), so the manager listens on every interface
 // of a host with at least one other address.
 //
-// Only the batch/Job integration is on, and only the webhooks of Jobs and of Kueue's own
-// objects are registered: the other integrations' webhooks (pods among them) would otherwise
-// send every pod of the cluster to a path the manager does not serve.
+// The batch/Job integration is on, and the pod integration with opts.PodNamespaces; only the
+// webhooks of Jobs, of Kueue's own objects and then of pods are registered: the other
+// integrations' webhooks would otherwise send their objects to a path the manager does not
+// serve.
 func StartKueue(ctx context.Context, c *cluster.Cluster, opts KueueOptions) (*Kueue, error) {
 	if opts.Name == "" {
 		opts.Name = "kueue"
@@ -176,7 +182,12 @@ func StartKueue(ctx context.Context, c *cluster.Cluster, opts KueueOptions) (*Ku
 			m.Namespace = "" // cluster-scoped; the chart sets one anyway
 			m.Webhooks = keepWebhooks(m.Webhooks, func(w admissionregistrationv1.MutatingWebhook) []admissionregistrationv1.RuleWithOperations {
 				return w.Rules
-			})
+			}, opts.PodNamespaces != nil)
+			for i := range m.Webhooks {
+				if isPodWebhook(m.Webhooks[i].Rules) {
+					m.Webhooks[i].NamespaceSelector = opts.PodNamespaces
+				}
+			}
 			if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
 				return nil, fmt.Errorf("kueue: creating MutatingWebhookConfiguration %s: %w", m.Name, err)
 			}
@@ -188,7 +199,12 @@ func StartKueue(ctx context.Context, c *cluster.Cluster, opts KueueOptions) (*Ku
 			v.Namespace = ""
 			v.Webhooks = keepWebhooks(v.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) []admissionregistrationv1.RuleWithOperations {
 				return w.Rules
-			})
+			}, opts.PodNamespaces != nil)
+			for i := range v.Webhooks {
+				if isPodWebhook(v.Webhooks[i].Rules) {
+					v.Webhooks[i].NamespaceSelector = opts.PodNamespaces
+				}
+			}
 			if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
 				return nil, fmt.Errorf("kueue: creating ValidatingWebhookConfiguration %s: %w", v.Name, err)
 			}
@@ -217,6 +233,11 @@ func StartKueue(ctx context.Context, c *cluster.Cluster, opts KueueOptions) (*Ku
 			"webhookSecretName": secretName},
 		"integrations":     map[string]any{"frameworks": []string{"batch/job"}},
 		"clientConnection": map[string]any{"qps": 100, "burst": 200},
+	}
+	if opts.PodNamespaces != nil {
+		config["integrations"] = map[string]any{"frameworks": []string{"batch/job", "pod"}}
+		// Kueue's own check, besides the webhooks' selector: it manages pods only there.
+		config["managedJobsNamespaceSelector"] = opts.PodNamespaces
 	}
 	b, err := yaml.Marshal(config)
 	if err != nil {
@@ -349,11 +370,16 @@ func fromUnstructured(o *unstructured.Unstructured, into any) error {
 	return nil
 }
 
-// keepWebhooks keeps the webhooks of Jobs and of Kueue's own objects.
-func keepWebhooks[W any](ws []W, rules func(W) []admissionregistrationv1.RuleWithOperations) []W {
+// keepWebhooks keeps the webhooks of Jobs and of Kueue's own objects, and of pods with pods.
+func keepWebhooks[W any](ws []W, rules func(W) []admissionregistrationv1.RuleWithOperations, pods bool) []W {
 	var keep []W
 	for _, w := range ws {
-		for _, r := range rules(w) {
+		rs := rules(w)
+		if pods && isPodWebhook(rs) {
+			keep = append(keep, w)
+			continue
+		}
+		for _, r := range rs {
 			if len(r.APIGroups) == 1 && (r.APIGroups[0] == "batch" || r.APIGroups[0] == "kueue.x-k8s.io") {
 				keep = append(keep, w)
 				break
@@ -361,6 +387,17 @@ func keepWebhooks[W any](ws []W, rules func(W) []admissionregistrationv1.RuleWit
 		}
 	}
 	return keep
+}
+
+// isPodWebhook reports whether a webhook's rules are those of Kueue's pod integration: core
+// pods only.
+func isPodWebhook(rules []admissionregistrationv1.RuleWithOperations) bool {
+	for _, r := range rules {
+		if len(r.APIGroups) == 1 && r.APIGroups[0] == "" && len(r.Resources) == 1 && r.Resources[0] == "pods" {
+			return true
+		}
+	}
+	return false
 }
 
 // hostAddress is an IPv4 address of this host other than loopback, which an EndpointSlice may
