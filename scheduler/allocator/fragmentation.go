@@ -18,10 +18,13 @@ const Fragmentation Strategy = "fragmentation"
 const FullMilli = 1000
 
 // Shape is the request of one task: GPUs devices each with at least Milli milli-GPU free
-// (Milli 1000: whole GPUs; a Shared claim's computePercent 30 is Milli 300).
+// (Milli 1000: whole GPUs; a Shared claim's computePercent 30 is Milli 300), and the CPU
+// (millicores) and memory (MiB) the pod asks of its node; 0 asks none.
 type Shape struct {
-	Milli int
-	GPUs  int
+	Milli     int
+	GPUs      int
+	CPUMilli  int64
+	MemoryMiB int64
 }
 
 // WeightedShape is a shape and its popularity in the workload; popularities need not sum to 1.
@@ -31,9 +34,10 @@ type WeightedShape struct {
 }
 
 // TypicalDemand is the workload assumed before any has been seen: every shape equally likely,
-// from a quarter of a GPU to a full 8-GPU box, the shapes the public GPU traces are made of.
+// from a quarter of a GPU to a full 8-GPU box, the shapes the public GPU traces are made of
+// (without CPU or memory: nothing is assumed of them before a pod states them).
 func TypicalDemand() []WeightedShape {
-	shapes := []Shape{{250, 1}, {500, 1}, {750, 1}, {1000, 1}, {1000, 2}, {1000, 4}, {1000, 8}}
+	shapes := []Shape{{Milli: 250, GPUs: 1}, {Milli: 500, GPUs: 1}, {Milli: 750, GPUs: 1}, {Milli: 1000, GPUs: 1}, {Milli: 1000, GPUs: 2}, {Milli: 1000, GPUs: 4}, {Milli: 1000, GPUs: 8}}
 	out := make([]WeightedShape, len(shapes))
 	for i, s := range shapes {
 		out[i] = WeightedShape{s, 1}
@@ -41,13 +45,32 @@ func TypicalDemand() []WeightedShape {
 	return out
 }
 
-// shapeFragment is the free capacity (milli-GPU) of a node, its GPUs free by free, that a task
-// of shape s cannot use: everything when the task does not fit on the node at all, else the
-// free remainders of the GPUs too small for it (a GPU with 300 free is lost to a 500 task and to
-// any whole-GPU task, but not to a 250 one).
-func shapeFragment(free []int, s Shape) int {
+// NodeRoom is what a node has free besides its GPUs: millicores of CPU and MiB of memory not
+// yet requested by its pods. Unbounded is a node whose room is not known: nothing is refused
+// for lack of it.
+type NodeRoom struct {
+	CPUMilli  int64
+	MemoryMiB int64
+}
+
+// Unbounded is the room of a node that states no CPU or memory.
+var Unbounded = NodeRoom{CPUMilli: math.MaxInt64, MemoryMiB: math.MaxInt64}
+
+// NodeFree is a node's free capacity as the fragmentation measure sees it: the free milli-GPU
+// of each healthy GPU (FreeMilli) and the CPU and memory left.
+type NodeFree struct {
+	GPUs []int
+	Room NodeRoom
+}
+
+// shapeFragment is the free GPU capacity (milli-GPU) of a node that a task of shape s cannot
+// use: all of it when the task cannot run on the node at all, for want of GPUs or of CPU or
+// memory (FGD's case of a node whose CPUs are taken: its free GPUs serve no task that needs
+// CPU); else the free remainders of the GPUs too small for it (a GPU with 300 free is lost to a
+// 500 task and to any whole-GPU task, but not to a 250 one).
+func shapeFragment(n NodeFree, s Shape) int {
 	fitting, all, small := 0, 0, 0
-	for _, f := range free {
+	for _, f := range n.GPUs {
 		all += f
 		if f >= s.Milli && f > 0 {
 			fitting++
@@ -55,21 +78,21 @@ func shapeFragment(free []int, s Shape) int {
 			small += f
 		}
 	}
-	if fitting < s.GPUs {
+	if fitting < s.GPUs || s.CPUMilli > n.Room.CPUMilli || s.MemoryMiB > n.Room.MemoryMiB {
 		return all
 	}
 	return small
 }
 
-// NodeFragmentation is the expected free capacity, in milli-GPU, of a node whose GPUs have free
-// milli-GPU each, that a task drawn from demand could not use.
-func NodeFragmentation(free []int, demand []WeightedShape) float64 {
+// NodeFragmentation is the expected free capacity, in milli-GPU, of a node that a task drawn
+// from demand could not use.
+func NodeFragmentation(n NodeFree, demand []WeightedShape) float64 {
 	var sum, weights float64
 	for _, d := range demand {
 		if d.Weight <= 0 || d.GPUs < 1 || d.Milli < 1 {
 			continue
 		}
-		sum += d.Weight * float64(shapeFragment(free, d.Shape))
+		sum += d.Weight * float64(shapeFragment(n, d.Shape))
 		weights += d.Weight
 	}
 	if weights == 0 {
@@ -103,23 +126,52 @@ func FreeMilli(n *Node) (ids, free []int) {
 	return ids, free
 }
 
-// FragmentationDelta is how much placing a task that takes milli-GPU of each of the GPUs ids
-// changes the node's fragmentation for demand (negative: it fills capacity that was lost
-// anyway). The node's free GPUs are free, their IDs gpuIDs, as FreeMilli returns them.
-func FragmentationDelta(gpuIDs, free []int, ids []int, milli int, demand []WeightedShape) float64 {
-	before := NodeFragmentation(free, demand)
-	after := slices.Clone(free)
+// FragmentationDelta is how much placing task on the GPUs ids of a node changes the node's
+// fragmentation for demand (negative: it fills capacity that was lost anyway). The task takes
+// task.Milli of each of those GPUs and its CPU and memory from the node's room; gpuIDs are the
+// IDs of n.GPUs, as FreeMilli returns them.
+func FragmentationDelta(gpuIDs []int, n NodeFree, ids []int, task Shape, demand []WeightedShape) float64 {
+	before := NodeFragmentation(n, demand)
+	after := NodeFree{GPUs: slices.Clone(n.GPUs), Room: n.Room}
 	for i, id := range gpuIDs {
 		if slices.Contains(ids, id) {
-			after[i] = max(0, after[i]-milli)
+			after.GPUs[i] = max(0, after.GPUs[i]-task.Milli)
 		}
 	}
+	after.Room.CPUMilli = subRoom(after.Room.CPUMilli, task.CPUMilli)
+	after.Room.MemoryMiB = subRoom(after.Room.MemoryMiB, task.MemoryMiB)
 	return NodeFragmentation(after, demand) - before
 }
 
+// subRoom takes used from room, leaving an unbounded room unbounded.
+func subRoom(room, used int64) int64 {
+	if room == math.MaxInt64 {
+		return room
+	}
+	return room - used
+}
+
+// LeastFragmentingGPU is, of the GPUs candidates (IDs among gpuIDs that can host the one-GPU
+// task), the one whose taking raises the node's fragmentation least, and that rise: where on a
+// node a shared task lands decides what is left for the next ones. Ties go to the first
+// candidate. ok is false when there is no candidate.
+func LeastFragmentingGPU(gpuIDs []int, n NodeFree, candidates []int, task Shape, demand []WeightedShape) (id int, delta float64, ok bool) {
+	for _, c := range candidates {
+		d := FragmentationDelta(gpuIDs, n, []int{c}, task, demand)
+		if !ok || d < delta {
+			id, delta, ok = c, d, true
+		}
+	}
+	return id, delta, ok
+}
+
 // FragmentationScores turns the fragmentation change of placing the pod on each candidate node
-// into the framework's 0..100: the node whose fragmentation grows least scores 100, the one whose
-// grows most 0, evenly between; all equal score 100.
+// into the framework's 0..100. FGD places a pod where its fragmentation grows least, and only
+// that node matters: the nodes whose growth is the least (to a milli-GPU) score 100, the others
+// at most fragmentationRunnerUp, in order of their growth down to 0 for the most. The gap keeps
+// the framework's default score plugins (CPU spreading and balance, weight 1 each against the
+// plugin's 10: at most 200 of its 1,000) from overturning FGD's pick; among equal pickings they
+// decide.
 func FragmentationScores(deltas map[string]float64) map[string]int {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, d := range deltas {
@@ -127,11 +179,19 @@ func FragmentationScores(deltas map[string]float64) map[string]int {
 	}
 	out := make(map[string]int, len(deltas))
 	for n, d := range deltas {
-		if hi == lo {
+		if d-lo < fragmentationTie {
 			out[n] = 100
 			continue
 		}
-		out[n] = int(math.Round(100 * (hi - d) / (hi - lo)))
+		out[n] = int(math.Round(fragmentationRunnerUp * (hi - d) / (hi - lo)))
 	}
 	return out
 }
+
+// fragmentationTie is the growth difference, in milli-GPU, below which two nodes are equal.
+const fragmentationTie = 1
+
+// fragmentationRunnerUp is the highest score of a node that is not FGD's pick (see
+// FragmentationScores): 100 less 25 points, which the plugin's weight 10 makes 250 of the
+// framework's, more than the 200 its default score plugins can add.
+const fragmentationRunnerUp = 75

@@ -133,6 +133,7 @@ func (p *Plugin) preFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 	key, req, pn := prep.Key, prep.Req, prep.Pin
 	p.capSharers(&req)
+	p.demand.arrived(pod.UID, claimShape(claim, &req, pod)) // the fragmentation strategy's demand
 
 	oldest := p.clock.Now().Add(-p.freshness)
 	var dom domain

@@ -24,7 +24,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	res, err := p.ledger.Reserve(pod.UID, s.key, nodeName, s.req)
+	res, err := p.reserve(pod.UID, s, nodeName) // fragmentation.go
 	var unfit *allocator.Unfit
 	if errors.As(err, &unfit) {
 		// The ledger changed between Filter and Reserve: retry after backoff, not after an event.
@@ -37,7 +37,6 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if s.strategy == allocator.RoundRobin {
 		p.roundRobin.set(nodeName)
 	}
-	p.demand.observe(claimShape(s.claim, &s.req))
 	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "claim", s.key, "node", nodeName, "gpus", res.IDs, "score", res.Score, "note", res.Note)
 	return nil
 }

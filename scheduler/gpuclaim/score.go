@@ -30,6 +30,12 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni f
 	if strategy == "" {
 		strategy = p.strategy // PreScore did not run (it always does in the framework)
 	}
+	if strategy == allocator.Fragmentation {
+		// FGD's pick alone: the filter already kept multi-GPU claims to nodes where their
+		// island fits, and a blend with the placement quality would let a node that strands
+		// more capacity win on locality (fragmentation.go).
+		return int64(s.ranks[name]) * fwk.MaxScore / 100, nil
+	}
 	if strategy.Ranked() {
 		return int64(allocator.NodeScoreWith(res, s.ranks[name])) * fwk.MaxScore / 100, nil
 	}
@@ -94,7 +100,7 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		}
 		s.ranks = allocator.CostScores(names, func(n string) (float64, bool) { c, ok := costs[n]; return c, ok })
 	case allocator.Fragmentation:
-		s.ranks = p.fragmentationScores(s, names) // fragmentation.go
+		s.ranks, s.fragPicks = p.fragmentationScores(s, pod, nodes) // fragmentation.go
 	}
 	return nil
 }

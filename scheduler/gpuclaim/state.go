@@ -51,6 +51,9 @@ type stateData struct {
 	// are a ranked strategy's scores of the candidate nodes, written by PreScore.
 	strategy allocator.Strategy
 	ranks    map[string]int
+	// fragPicks are the GPUs the fragmentation strategy chose per node for a one-GPU Shared
+	// claim (fragmentation.go); Reserve takes them when it can. Nil otherwise.
+	fragPicks map[string][]int
 	// fill is the domain fill of each candidate node for a pod packed around domains
 	// (domainpack.go); nil otherwise.
 	fill map[string]int
