@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"sync"
 
@@ -21,7 +20,11 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	"github.com/gpu-scheduler/gpu-scheduler/agent/deviceplugin"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mps"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/topology"
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
@@ -36,6 +39,10 @@ type devicePluginOptions struct {
 	// sharedReplicas is how many gpu.scheduling/gpu-shared devices each GPU is advertised as;
 	// 0: no Shared plugin.
 	sharedReplicas int
+	// mps runs an MPS control daemon per GPU Shared pods hold (package agent/mps), with the
+	// binary mpsControl and its directories under mpsRoot.
+	mps                 bool
+	mpsControl, mpsRoot string
 }
 
 // startDevicePlugin serves the kubelet device-plugin API on this node when the node carries
@@ -45,7 +52,11 @@ type devicePluginOptions struct {
 // still refuses to serve while another GPU device plugin serves the node (unless
 // --allow-other-gpu-plugins), and says so: the check fails (the agent is not ready), an Event
 // on the Node and an error in the log.
-func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface, node *corev1.Node, nodes corelisters.NodeLister) (func([]apiv1.Device), func([]topology.Device), func() error, error) {
+//
+// With --mps, the Shared plugin makes its containers clients of their GPU's MPS control daemon,
+// which it starts (package agent/mps); computeMode, when set, switches a GPU's compute mode, and
+// stopped is done once the daemons have quit after ctx ended.
+func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface, node *corev1.Node, nodes corelisters.NodeLister, computeMode func(context.Context, string, bool) error, stopped *sync.WaitGroup) (func([]apiv1.Device), func([]topology.Device), func() error, error) {
 	logger := klog.FromContext(ctx)
 	if !o.devicePlugin.enabled {
 		return nil, nil, nil, nil
@@ -66,8 +77,37 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: node.Name, UID: types.UID(node.Name)}
 	// One plugin per resource: whole GPUs, Shared replicas, and one per MIG profile the node
 	// has (started when the layout first shows it).
+	var mpsManager *mps.Manager
+	if o.devicePlugin.mps && o.devicePlugin.sharedReplicas > 0 {
+		mpsManager = mps.New(ctx, mps.Config{
+			Control: o.devicePlugin.mpsControl, Root: o.devicePlugin.mpsRoot, SetComputeMode: computeMode,
+			Event: func(warning bool, reason, message string) {
+				typ := corev1.EventTypeNormal
+				if warning {
+					typ = corev1.EventTypeWarning
+				}
+				recorder.Event(nodeRef, typ, reason, message)
+			},
+			OnRunning: func(n int) { metrics.MPSDaemons.Set(float64(n)) },
+			OnRestart: func(string) { metrics.MPSRestarts.Inc() },
+		})
+		if computeMode == nil {
+			logger.Info("MPS on simulated GPUs: their compute mode is not set")
+		}
+		stopped.Add(1)
+		go func() {
+			defer stopped.Done()
+			<-ctx.Done()
+			mpsManager.Wait()
+		}()
+	}
 	newPlugin := func(mode deviceplugin.Mode, profile, resource string) (*deviceplugin.Plugin, error) {
+		var mpsServer deviceplugin.MPS
+		if mode == deviceplugin.ModeShared && mpsManager != nil {
+			mpsServer = mps.Plugin(mpsManager)
+		}
 		return deviceplugin.New(deviceplugin.Config{
+			MPS:      mpsServer,
 			NodeName: o.nodeName, ResourceName: resource, Mode: mode, MIGProfile: profile, Replicas: o.devicePlugin.sharedReplicas,
 			PluginDir: o.devicePlugin.pluginDir,
 			CDIDir:    o.devicePlugin.cdiDir, Pods: pods.Lister(), SchedulerName: o.schedulerName,
@@ -104,10 +144,8 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 			return nil, nil, nil, err
 		}
 		plugins = append(plugins, shared)
-		if path, err := exec.LookPath("nvidia-cuda-mps-control"); err == nil {
-			logger.Info("Shared GPUs: the agent does not start MPS control daemons; shares are enforced only where MPS runs for the GPU (docs/sharing.md)", "mpsControl", path)
-		} else {
-			logger.Info("Shared GPUs: nvidia-cuda-mps-control is not on this node, so shares are accounted only: nothing on the GPU enforces the memory and compute limits the pods are told (docs/sharing.md)")
+		if mpsManager == nil {
+			logger.Info("Shared GPUs: the agent runs no MPS (--mps is off); shares are enforced only where the operator runs MPS for the GPU, otherwise accounted only (docs/sharing.md)")
 		}
 	}
 	migPlugins := map[string]*deviceplugin.Plugin{}
@@ -161,6 +199,9 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 		}
 		all := slices.Clone(plugins)
 		mu.Unlock()
+		if mpsManager != nil {
+			mpsManager.Sync(ctx, sharedGPUs(devs))
+		}
 		for _, p := range all {
 			if err := p.SetGPUs(gpus); err != nil {
 				logger.Error(err, "Updating the device plugin's GPUs failed", "node", o.nodeName)
@@ -179,4 +220,41 @@ func startDevicePlugin(ctx context.Context, o options, kube kubernetes.Interface
 		return nil
 	}
 	return onDevices, onInventory, ready, nil
+}
+
+// sharedGPUs are the UUIDs of the GPUs that Shared pods hold, as the leases the agent read say:
+// those whose MPS control daemon must keep running.
+func sharedGPUs(devs []apiv1.Device) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range devs {
+		if d.Shares != nil && d.Shares.Sharers > 0 && d.UUID != "" {
+			out[d.UUID] = true
+		}
+	}
+	return out
+}
+
+// nvmlComputeMode switches a GPU's compute mode through NVML: EXCLUSIVE_PROCESS while its MPS
+// daemon runs (only the MPS server may then open a context), DEFAULT after. NVML refuses it
+// without root or on GPUs that do not support it; the error says which.
+func nvmlComputeMode(lib nvml.Interface) func(context.Context, string, bool) error {
+	return func(_ context.Context, uuid string, exclusive bool) error {
+		// Init and Shutdown are reference counted: the agent's own NVML session is untouched.
+		if ret := lib.Init(); ret != nvml.SUCCESS {
+			return fmt.Errorf("initialising NVML: %s", nvml.ErrorString(ret))
+		}
+		defer lib.Shutdown()
+		dev, ret := lib.DeviceGetHandleByUUID(uuid)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("finding GPU %s: %s", uuid, nvml.ErrorString(ret))
+		}
+		mode, name := nvml.COMPUTEMODE_DEFAULT, "DEFAULT"
+		if exclusive {
+			mode, name = nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, "EXCLUSIVE_PROCESS"
+		}
+		if ret := dev.SetComputeMode(mode); ret != nvml.SUCCESS {
+			return fmt.Errorf("setting GPU %s to compute mode %s: %s", uuid, name, nvml.ErrorString(ret))
+		}
+		return nil
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -40,6 +41,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/agent/leases"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/metrics"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/mock"
+	"github.com/gpu-scheduler/gpu-scheduler/agent/mps"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/nvmlgpu"
 	"github.com/gpu-scheduler/gpu-scheduler/agent/telemetry"
 	versioned "github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned"
@@ -97,6 +99,9 @@ func main() {
 	fs.StringVar(&o.devicePlugin.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "The kubelet's device-plugin directory (holds kubelet.sock).")
 	fs.IntVar(&o.devicePlugin.sharedReplicas, "max-sharers", deviceplugin.DefaultReplicas, "With the device plugin: each GPU not in MIG mode is also advertised as this many "+deviceplugin.SharedResourceName+" devices, one per pod of a Shared claim that shares it (the scheduler's own bound, maxSharersPerGPU, should not exceed it). 0: Shared claims are not served through the device plugin.")
 	fs.StringVar(&o.devicePlugin.cdiDir, "cdi-dir", "/var/run/cdi", "Where the CDI spec of the node's GPUs is written; empty: none.")
+	fs.BoolVar(&o.devicePlugin.mps, "mps", false, "With the device plugin and --max-sharers above 0: run an MPS control daemon (--mps-control -f) for each GPU Shared pods hold, set the GPU to EXCLUSIVE_PROCESS while it runs, and make Shared containers its clients, so that their memory and compute shares bind (docs/sharing.md). Off: shares are accounted only, unless the operator runs MPS.")
+	fs.StringVar(&o.devicePlugin.mpsControl, "mps-control", mps.DefaultControl, "The nvidia-cuda-mps-control binary for --mps: a path, or a name looked up in $PATH. Where it is missing the agent says so (log, Event on the Node) and shares are accounted only.")
+	fs.StringVar(&o.devicePlugin.mpsRoot, "mps-root", mps.DefaultRoot, "Host directory of the MPS daemons' pipe and log directories (<root>/<gpu uuid>/pipe, .../log) and their shared memory (<root>/shm), mounted at the same path in the agent (--mps).")
 	flag.Parse()
 	flagSet := false
 	fs.Visit(func(f *flag.Flag) { flagSet = flagSet || f.Name == "scheduler-name" })
@@ -242,7 +247,15 @@ func runNode(ctx context.Context, o options, cfg agent.Config, checks *atomic.Po
 		return fmt.Errorf("reading node %q: %w", o.nodeName, err)
 	}
 	var pluginReady func() error
-	if cfg.OnDevices, cfg.OnInventory, pluginReady, err = startDevicePlugin(ctx, o, cfg.KubeClient, node, nodes.Lister()); err != nil {
+	// The compute mode of real GPUs only: the simulated ones have none.
+	var computeMode func(context.Context, string, bool) error
+	if mockServer == nil {
+		computeMode = nvmlComputeMode(lib)
+	}
+	// The MPS daemons are quit, and their GPUs' compute mode put back, before the agent exits.
+	var stopped sync.WaitGroup
+	defer stopped.Wait()
+	if cfg.OnDevices, cfg.OnInventory, pluginReady, err = startDevicePlugin(ctx, o, cfg.KubeClient, node, nodes.Lister(), computeMode, &stopped); err != nil {
 		return err
 	}
 	if pluginReady != nil {

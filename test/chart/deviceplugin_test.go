@@ -58,3 +58,43 @@ func TestDevicePluginResourceAgrees(t *testing.T) {
 		})
 	}
 }
+
+// devicePlugin.mps.enabled has the agent run MPS: its flags, the MPS root mounted from the host
+// at the same path (Shared containers mount their GPU's pipe from there), the daemons' shared
+// memory as /dev/shm, and the compute driver capability that brings the MPS binaries. Off (the
+// default) none of it is there.
+func TestMPSRendersDaemonsPathsAndCapability(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		var args []string
+		if on {
+			args = []string{"--set", "devicePlugin.mps.enabled=true", "--set", "devicePlugin.mps.root=/run/example/mps"}
+		}
+		var ds appsv1.DaemonSet
+		into(t, find(t, parseObjects(t, mustTemplate(t, args...)), "DaemonSet", releaseName+"-agent"), &ds)
+		spec := ds.Spec.Template.Spec
+		c := spec.Containers[0]
+		hasArgs := slices.Contains(c.Args, "--mps") && slices.Contains(c.Args, "--mps-root=/run/example/mps") &&
+			slices.Contains(c.Args, "--mps-control=nvidia-cuda-mps-control")
+		mounts := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			mounts[m.Name] = m.MountPath
+		}
+		hostPaths := map[string]string{}
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil {
+				hostPaths[v.Name] = v.HostPath.Path
+			}
+		}
+		hasMounts := mounts["mps"] == "/run/example/mps" && hostPaths["mps"] == "/run/example/mps" &&
+			mounts["mps-shm"] == "/dev/shm" && hostPaths["mps-shm"] == "/run/example/mps/shm"
+		caps := ""
+		for _, e := range c.Env {
+			if e.Name == "NVIDIA_DRIVER_CAPABILITIES" {
+				caps = e.Value
+			}
+		}
+		if hasArgs != on || hasMounts != on || (caps == "compute,utility") != on {
+			t.Errorf("mps.enabled=%v: args %q, mounts %v, host paths %v, NVIDIA_DRIVER_CAPABILITIES=%q", on, c.Args, mounts, hostPaths, caps)
+		}
+	}
+}
