@@ -23,7 +23,10 @@ var (
 // resource request its pods will get (ResourceConfig), in the template itself. Quota managers
 // such as Kueue size a Job's admission from its pod template, before any pod exists: without
 // the request there they would count no GPUs for it. The pods made from the template then
-// already carry the request, which the pod webhook checks equals the claim's count.
+// already carry the request, which the pod webhook checks equals the claim's count. A template
+// of a Shared or MIG claim gives the resource its pods ask for (ResourceConfig.Request: one
+// gpu.scheduling/gpu-shared per GPU, gpu.scheduling/mig-<profile> per MIG device), as a pod's
+// does; each pod of the Job still gets its own claim from the template.
 //
 // A template that names a missing GpuClaimTemplate is refused, as its pods would be.
 func (a *Admitter) mutateJob(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, Outcome) {
@@ -52,14 +55,14 @@ func (a *Admitter) mutateJob(ctx context.Context, req *admissionv1.AdmissionRequ
 	}
 	tmpl := &job.Spec.Template
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Annotations: tmpl.Annotations, Labels: tmpl.Labels}, Spec: tmpl.Spec}
-	count, ok, err := a.Resource.Count(ctx, pod)
+	gr, ok, err := a.Resource.request(ctx, pod)
 	if err != nil {
 		return errorResponse(req, http.StatusUnprocessableEntity, fmt.Errorf("job %s/%s: spec.template.%w", ns, name, err)), Outcome{DenyReason: ReasonInvalid}
 	}
 	if !ok {
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Outcome{}
 	}
-	ops, err := ResourcePatch(pod, a.Resource.Name, count)
+	ops, err := ResourcePatch(pod, gr.Resource, gr.Count)
 	if err != nil {
 		return errorResponse(req, http.StatusUnprocessableEntity, fmt.Errorf("job %s/%s: spec.template.%w", ns, name, err)), Outcome{DenyReason: ReasonInvalid}
 	}
@@ -74,6 +77,6 @@ func (a *Admitter) mutateJob(ctx context.Context, req *admissionv1.AdmissionRequ
 		return errorResponse(req, http.StatusInternalServerError, fmt.Errorf("mutate job %s/%s: encode patch: %w", ns, name, err)), Outcome{}
 	}
 	resp.PatchType = ptr.To(admissionv1.PatchTypeJSONPatch)
-	klog.FromContext(ctx).V(4).Info("Adding the GPU request to a Job's pod template", "job", klog.KRef(ns, name), "resource", a.Resource.Name, "count", count)
+	klog.FromContext(ctx).V(4).Info("Adding the GPU request to a Job's pod template", "job", klog.KRef(ns, name), "resource", gr.Resource, "count", gr.Count)
 	return resp, Outcome{Mutated: true}
 }

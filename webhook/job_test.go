@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -14,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/gpu-scheduler/gpu-scheduler/api/generated/clientset/versioned/fake"
 	gpuv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 )
 
@@ -128,5 +131,66 @@ func TestMutateJobAddsResourceToTemplate(t *testing.T) {
 	off := &Admitter{Mode: EnvModeCUDA}
 	if resp, _ := off.Mutate(context.Background(), jobReview(t, templateJob("x4"))); !resp.Allowed || len(resp.Patch) != 0 {
 		t.Fatalf("webhook without --resource-name: allowed %v patch %s; want untouched", resp.Allowed, resp.Patch)
+	}
+}
+
+// A Job whose pod template names a Shared or MIG GpuClaimTemplate is admitted as its pods are:
+// its template asks for one gpu.scheduling/gpu-shared per GPU, or for the MIG devices of the
+// template's profile, read from the cluster's templates; the pods made from it pass the pod
+// webhook unchanged.
+func TestMutateJobOfSharedAndMIGTemplates(t *testing.T) {
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: "team", Name: name} }
+	dev := func(d gpuv1.DeviceRequest) gpuv1.GpuClaimTemplateSpec {
+		return gpuv1.GpuClaimTemplateSpec{Spec: gpuv1.GpuClaimSpec{Devices: d}}
+	}
+	gpus := fake.NewSimpleClientset(
+		&gpuv1.GpuClaimTemplate{ObjectMeta: meta("quarter"), Spec: dev(gpuv1.DeviceRequest{Count: 1, Exclusivity: gpuv1.Shared, Share: &gpuv1.GPUShare{MemoryPercent: 25}})},
+		&gpuv1.GpuClaimTemplate{ObjectMeta: meta("slices"), Spec: dev(gpuv1.DeviceRequest{Count: 2, Exclusivity: gpuv1.MIG, MigProfile: "1g.10gb"})},
+	)
+	r := newClusterReader(kubefake.NewSimpleClientset(), gpus, ReaderOptions{Claims: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := r.Start(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	a := &Admitter{Mode: EnvModeNone, Resource: ResourceConfig{Name: "gpu.scheduling/gpu", Count: r.Count, Request: r.Request}}
+	for _, tc := range []struct {
+		template string
+		resource corev1.ResourceName
+		count    int64
+	}{{"quarter", "gpu.scheduling/gpu-shared", 1}, {"slices", "gpu.scheduling/mig-1g.10gb", 2}} {
+		job := templateJob(tc.template)
+		resp, out := a.Mutate(ctx, jobReview(t, job))
+		if !resp.Allowed || !out.Mutated {
+			t.Fatalf("Job of template %s: allowed %v mutated %v %+v; want it mutated", tc.template, resp.Allowed, out.Mutated, resp.Result)
+		}
+		raw, _ := json.Marshal(job)
+		patch, err := jsonpatch.DecodePatch(resp.Patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patched, err := patch.Apply(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &batchv1.Job{}
+		if err := json.Unmarshal(patched, got); err != nil {
+			t.Fatal(err)
+		}
+		c := got.Spec.Template.Spec.Containers[0]
+		if q := c.Resources.Limits[tc.resource]; q.Value() != tc.count || len(c.Resources.Limits) != 1 {
+			t.Errorf("Job of template %s: containers[0] limits %v, want %s %d only", tc.template, c.Resources.Limits, tc.resource, tc.count)
+		}
+		if q := c.Resources.Requests[tc.resource]; q.Value() != tc.count {
+			t.Errorf("Job of template %s: containers[0] requests %v, want %s %d", tc.template, c.Resources.Requests, tc.resource, tc.count)
+		}
+		pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: got.Spec.Template.ObjectMeta, Spec: got.Spec.Template.Spec}
+		pod.Namespace, pod.Name = "team", "train-abcde"
+		praw, _ := json.Marshal(pod)
+		presp, _ := a.Mutate(ctx, &admissionv1.AdmissionRequest{UID: "p", Kind: podKind, Resource: podsResource,
+			Operation: admissionv1.Create, Namespace: "team", Name: pod.Name, Object: runtime.RawExtension{Raw: praw}})
+		if !presp.Allowed || strings.Contains(string(presp.Patch), "gpu.scheduling/") {
+			t.Errorf("pod of the Job of template %s: allowed %v patch %s %+v; want allowed with no resource added", tc.template, presp.Allowed, presp.Patch, presp.Result)
+		}
 	}
 }

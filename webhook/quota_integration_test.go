@@ -30,9 +30,18 @@ func quotaWebhook(ctx context.Context, t *testing.T, admin kubernetes.Interface,
 	cfg := webhook.DefaultConfig()
 	cfg.Scheduler, cfg.EnvMode = scheduler, webhook.EnvModeNone
 	claims := map[string]int32{"two-gpus": 2}
-	cfg.Resource = webhook.ResourceConfig{Name: res, Count: func(_ context.Context, pod *corev1.Pod) (int32, bool, error) {
+	count := func(_ context.Context, pod *corev1.Pod) (int32, bool, error) {
 		n, ok := claims[pod.Annotations[gpuv1.AnnotationClaim]]
 		return n, ok, nil
+	}
+	// A Shared claim template's pods ask for one gpu-shared per GPU, as ClusterReader.Request says.
+	shared := map[string]int32{"quarter": 1}
+	cfg.Resource = webhook.ResourceConfig{Name: res, Count: count, Request: func(ctx context.Context, pod *corev1.Pod) (webhook.GPURequest, bool, error) {
+		if n, ok := shared[pod.Annotations[gpuv1.AnnotationClaimTemplate]]; ok {
+			return webhook.GPURequest{Resource: gpuv1.SharedResourceName, Count: n}, true, nil
+		}
+		n, ok, err := count(ctx, pod)
+		return webhook.GPURequest{Count: n}, ok, err
 	}}
 	url, caPEM := run.Webhook(ctx, t, cfg)
 
@@ -122,6 +131,15 @@ func quotaWebhook(ctx context.Context, t *testing.T, admin kubernetes.Interface,
 	c := got.Spec.Template.Spec.Containers
 	if req, lim := c[0].Resources.Requests[res], c[0].Resources.Limits[res]; req.Value() != 2 || lim.Value() != 2 || len(c[1].Resources.Limits) != 0 {
 		t.Fatalf("Job naming a 2-GPU claim: template containers[0] %v, containers[1] %v; want %s=2 on the first only", c[0].Resources, c[1].Resources, res)
+	}
+	// A Job whose template names a Shared claim template asks for gpu-shared there, as its pods do.
+	got, err = jobs.Create(ctx, job("notebooks", map[string]string{gpuv1.AnnotationClaimTemplate: "quarter"}), dry)
+	if err != nil {
+		t.Fatalf("Job naming a Shared claim template: %v", err)
+	}
+	c = got.Spec.Template.Spec.Containers
+	if req, lim := c[0].Resources.Requests[gpuv1.SharedResourceName], c[0].Resources.Limits[gpuv1.SharedResourceName]; req.Value() != 1 || lim.Value() != 1 || len(c[1].Resources.Limits) != 0 {
+		t.Fatalf("Job naming a Shared claim template: template containers[0] %v, containers[1] %v; want %s=1 on the first only", c[0].Resources, c[1].Resources, gpuv1.SharedResourceName)
 	}
 	got, err = jobs.Create(ctx, job("web", nil), dry)
 	if err != nil {

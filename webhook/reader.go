@@ -119,8 +119,8 @@ func (r *ClusterReader) Start(ctx context.Context, timeout time.Duration) error 
 
 // Count is a GPUCounter: the pod's GPU count from its GpuClaim, or from the GpuClaimTemplate
 // its claim will be made from (the claim may not exist yet when the pod is created). Shared and
-// MIG claims are refused: their pods ask for other resources (Request), which a counter of
-// whole GPUs cannot say (the Job webhook's).
+// MIG claims are refused: their pods ask for other resources, which a counter of whole GPUs
+// cannot say; the pod and Job webhooks read Request, which does.
 func (r *ClusterReader) Count(ctx context.Context, pod *corev1.Pod) (int32, bool, error) {
 	spec, what, ok, err := r.claimSpec(ctx, pod)
 	if err != nil || !ok {

@@ -45,17 +45,7 @@ type ResourceConfig struct {
 // mutateResource applies ResourceConfig to a pod being created: it checks the pod's device
 // access and returns the patch adding the GPU resource. A pod that names no claim is left alone.
 func (rc *ResourceConfig) mutateResource(ctx context.Context, pod *corev1.Pod) ([]PatchOp, error) {
-	req := GPURequest{Resource: rc.Name}
-	var ok bool
-	var err error
-	if rc.Request != nil {
-		req, ok, err = rc.Request(ctx, pod)
-		if req.Resource == "" {
-			req.Resource = rc.Name
-		}
-	} else {
-		req.Count, ok, err = rc.Count(ctx, pod)
-	}
+	req, ok, err := rc.request(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +62,20 @@ func (rc *ResourceConfig) mutateResource(ctx context.Context, pod *corev1.Pod) (
 		return nil, err
 	}
 	return ResourcePatch(pod, req.Resource, req.Count)
+}
+
+// request is the resource and count pod asks for: through Request when set (a Shared or MIG
+// claim's own resource), else Count's whole GPUs of Name.
+func (rc *ResourceConfig) request(ctx context.Context, pod *corev1.Pod) (GPURequest, bool, error) {
+	if rc.Request == nil {
+		n, ok, err := rc.Count(ctx, pod)
+		return GPURequest{Resource: rc.Name, Count: n}, ok, err
+	}
+	req, ok, err := rc.Request(ctx, pod)
+	if req.Resource == "" {
+		req.Resource = rc.Name
+	}
+	return req, ok, err
 }
 
 // checkEphemeral checks the ephemeral containers an update of pods/ephemeralcontainers adds to
