@@ -22,6 +22,9 @@ type Node struct {
 	BandwidthGBps []int `json:"bandwidthGBps,omitempty"`
 	// Labels are the node's labels that a claim's selector can match.
 	Labels map[string]string `json:"labels,omitempty"`
+	// MemoryMiB is each GPU's memory, by GPU ID, as the agent reported it (missing or 0: not
+	// known, and no memory share is judged against it).
+	MemoryMiB []int64 `json:"memoryMiB,omitempty"`
 }
 
 // Pod is what a run recorded about one pod. Times are offsets from the start of the workload.
@@ -32,8 +35,12 @@ type Pod struct {
 	Shared bool   `json:"shared,omitempty"`
 	// Part is the share of each of its GPUs a Shared pod with a compute share asks for (0.46
 	// for 46 %); 0 for whole GPUs. A fill run counts its GPUs at that part.
-	Part    float64       `json:"part,omitempty"`
-	Created time.Duration `json:"created"`
+	Part float64 `json:"part,omitempty"`
+	// ShareMemoryMiB and ShareComputePercent are the share of each of its GPUs the scheduler
+	// gave a Shared pod (its gpu.scheduling/share annotation); 0: not stated.
+	ShareMemoryMiB      int64         `json:"shareMemoryMiB,omitempty"`
+	ShareComputePercent int           `json:"shareComputePercent,omitempty"`
+	Created             time.Duration `json:"created"`
 	// Seen is when the pod was first seen in the API (SeenOK: at all); a scheduler cannot place
 	// it before.
 	Seen   time.Duration `json:"seen,omitempty"`
@@ -144,6 +151,9 @@ type Result struct {
 	// DoubleBookedGPUs counts allocations that put a pod on a GPU another pod held (an
 	// Exclusive pod with anyone, a Shared pod with an Exclusive one).
 	DoubleBookedGPUs int `json:"doubleBookedGPUs"`
+	// OvercommittedGPUs counts allocations that put a Shared pod on a GPU whose holders'
+	// compute shares then summed past 100 % or their memory shares past the GPU's memory.
+	OvercommittedGPUs int `json:"overcommittedGPUs"`
 	// UnhealthyAllocations counts GPUs allocated while reported Unhealthy (see UnhealthyGrace).
 	UnhealthyAllocations int `json:"unhealthyAllocations"`
 	TotalGPUs            int `json:"totalGPUs"`
@@ -530,11 +540,32 @@ func (rp *replay) apply(ev event, r *Result) {
 					g.exclusive = true
 				}
 			})
+			if r != nil && p.Shared && rp.overcommitted(ns, id) {
+				r.OvercommittedGPUs++
+			}
 			held = append(held, id)
 		}
 		rp.alloc[ev.pod] = held
 		rp.updateWaits(ns)
 	}
+}
+
+// overcommitted says whether the Shared holders of a node's GPU together hold more than the
+// GPU has: compute shares past 100 %, or memory shares past its memory where that is known.
+func (rp *replay) overcommitted(ns *nodeState, id int) bool {
+	var compute int
+	var mem int64
+	for _, h := range ns.gpus[id].holders {
+		if hp := rp.in.Pods[h]; hp.Shared {
+			compute += hp.ShareComputePercent
+			mem += hp.ShareMemoryMiB
+		}
+	}
+	capMiB := int64(0)
+	if id < len(ns.node.MemoryMiB) {
+		capMiB = ns.node.MemoryMiB[id]
+	}
+	return compute > 100 || (capMiB > 0 && mem > capMiB)
 }
 
 // anyN models the stock cluster's pick: StockPick's choice among the free healthy GPUs (the

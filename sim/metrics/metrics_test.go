@@ -335,3 +335,35 @@ func TestGangFigures(t *testing.T) {
 		t.Errorf("a workload without gangs: %+v", none)
 	}
 }
+
+// TestOvercommittedGPUs: Shared pods whose shares fit a GPU are not counted; one that takes the
+// compute past 100 %, or the memory past the GPU's, is, once per GPU of it; a pod that stated
+// no share reserves nothing.
+func TestOvercommittedGPUs(t *testing.T) {
+	share := func(p Pod, mem int64, compute int) Pod {
+		p.Shared, p.ShareMemoryMiB, p.ShareComputePercent = true, mem, compute
+		return p
+	}
+	n := pairs("n")
+	n.MemoryMiB = []int64{1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000}
+	in := Input{
+		Nodes: []Node{n},
+		Pods: []Pod{
+			share(bound("a", 1, 0, 1*s, "n", 0), 400, 60),
+			share(bound("b", 1, 0, 2*s, "n", 0), 600, 40), // exactly full: fine
+			share(bound("c", 1, 0, 3*s, "n", 1), 0, 70),   // GPU 1
+			share(bound("d", 1, 0, 4*s, "n", 1), 0, 0),    // states nothing
+			share(bound("e", 1, 0, 5*s, "n", 2), 900, 10), // GPU 2
+			share(ended(bound("f", 1, 0, 5*s, "n", 2), 6*s), 200, 10),
+			share(bound("g", 1, 0, 7*s, "n", 2), 100, 10), // after f left: fine
+		},
+		End: 10 * s,
+	}
+	if r := Compute(in); r.OvercommittedGPUs != 1 {
+		t.Fatalf("overcommitted %d, want 1 (f: memory past GPU 2's)", r.OvercommittedGPUs)
+	}
+	in.Pods = append(in.Pods, share(bound("h", 2, 0, 8*s, "n", 1, 3), 0, 31))
+	if r := Compute(in); r.OvercommittedGPUs != 2 || r.DoubleBookedGPUs != 0 {
+		t.Fatalf("overcommitted %d double-booked %d, want 2 (h: compute past GPU 1's) and 0", r.OvercommittedGPUs, r.DoubleBookedGPUs)
+	}
+}

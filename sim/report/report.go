@@ -157,6 +157,8 @@ func Build(s *scenario.Scenario, file string, runs []*runner.RunResult, started 
 	maxCheck("double-booked GPUs", e.MaxDoubleBookedGPUs, m.DoubleBookedGPUs)
 	maxCheck("allocations on unhealthy GPUs", e.MaxUnhealthyAllocations, m.UnhealthyAllocations)
 	maxCheck("GPU leases left after all pods are gone", e.MaxLeasesLeft, ours.LeasesLeft)
+	maxCheck("over-committed GPUs (bound pods' shares, at each binding)", e.MaxOvercommittedGPUs, m.OvercommittedGPUs)
+	maxCheck("over-committed GPU leases (their shares, at each change)", e.MaxOvercommittedGPUs, ours.OvercommittedLeases)
 	if e.MinIslandLocalRatio != nil {
 		got := m.IslandLocalRatio
 		pass := got >= *e.MinIslandLocalRatio || m.IslandPossible == 0
@@ -435,6 +437,12 @@ func (r *Report) rows() [][]string {
 			return pct(x.Metrics.MeanUtilization) + " / " + pct(x.Metrics.PeakUtilization)
 		}},
 		{"double-booked GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.DoubleBookedGPUs) }},
+		{"over-committed GPUs (pods / leases)", func(x *runner.RunResult) string {
+			if runner.IsStock(x.Mode) {
+				return fmt.Sprintf("%d / n/a", x.Metrics.OvercommittedGPUs)
+			}
+			return fmt.Sprintf("%d / %d", x.Metrics.OvercommittedGPUs, x.OvercommittedLeases)
+		}},
 		{"allocations on unhealthy GPUs", func(x *runner.RunResult) string { return fmt.Sprint(x.Metrics.UnhealthyAllocations) }},
 		{"GPU leases left after pods gone", func(x *runner.RunResult) string {
 			if runner.IsStock(x.Mode) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,10 +35,12 @@ type podRecord struct {
 	createdOK, boundOK, endedOK bool
 	// seen is when the pod was first seen: for a controller's pod, when the controller had
 	// made it (its clock, created, starts at the controller's create call).
-	seen          time.Duration
-	seenOK        bool
-	node          string
-	ids           []int
+	seen   time.Duration
+	seenOK bool
+	node   string
+	ids    []int
+	// share is the share of each GPU the scheduler gave a Shared pod (its share annotation).
+	share         gpuv1.ResolvedShare
 	unschedulable string // last Unschedulable message, if any
 	// unschedAt is when the pod was first seen with PodScheduled=False (unschedOK: at all).
 	unschedAt time.Duration
@@ -85,6 +88,9 @@ type recorder struct {
 	alias map[string]string
 	// extra holds the controller pods seen beyond their controller's slots.
 	extra map[string]bool
+	// overLeases are the GPU leases ever seen with their holders' shares (the
+	// gpu.scheduling/shares annotation) past the GPU's compute or memory.
+	overLeases map[string]bool
 }
 
 func newRecorder(start time.Time) *recorder {
@@ -173,6 +179,9 @@ func (r *recorder) observePod(pod *corev1.Pod, deleted bool) {
 			if ids, err := gpuv1.ParseIDs(v); err == nil {
 				p.ids = ids
 			}
+		}
+		if sh, err := gpuv1.ParseShare(pod.Annotations[gpuv1.AnnotationShare]); err == nil {
+			p.share = sh
 		}
 	}
 	for _, c := range pod.Status.Conditions {
@@ -295,7 +304,8 @@ func (r *recorder) watch(ctx context.Context, cs kubernetes.Interface, gcs versi
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = gpuv1.LabelLeaseNode }))
 		li := lf.Coordination().V1().Leases().Informer()
 		if _, err := li.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(o any) { r.onLease(o) },
+			AddFunc:    func(o any) { r.onLease(o); r.onLeaseShares(o) },
+			UpdateFunc: func(_, o any) { r.onLeaseShares(o) },
 		}); err != nil {
 			return fmt.Errorf("watching GPU leases in %s: %w", LeaseNamespace, err)
 		}
@@ -370,6 +380,63 @@ func (r *recorder) onLease(o any) {
 		}
 	}
 	p.leased, p.leasedOK = at, true
+}
+
+// onLeaseShares checks a Shared GPU's lease at every change: its holders' shares (the
+// gpu.scheduling/shares annotation) must fit the GPU, compute within 100 % and memory within
+// the GPU's as its node's agent reported it. A lease seen over-committed is remembered.
+func (r *recorder) onLeaseShares(o any) {
+	l, ok := o.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	v, ok := l.Annotations[gpuv1.AnnotationLeaseShares]
+	if !ok {
+		return
+	}
+	shares, _ := gpuv1.ParseLeaseShares(v) // an unreadable entry reserves nothing here
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if leaseOvercommitted(shares, r.gpuMemoryMiB(l.Labels[gpuv1.LabelLeaseNode], l.Labels[gpuv1.LabelLeaseGPU])) {
+		if r.overLeases == nil {
+			r.overLeases = map[string]bool{}
+		}
+		r.overLeases[l.Name] = true
+	}
+}
+
+// leaseOvercommitted says whether shares sum past 100 % of compute or past memMiB of memory
+// (when it is known, > 0).
+func leaseOvercommitted(shares map[string]gpuv1.ResolvedShare, memMiB int64) bool {
+	var compute, mem int64
+	for _, s := range shares {
+		compute += int64(s.ComputePercent)
+		mem += s.MemoryMiB
+	}
+	return compute > 100 || (memMiB > 0 && mem > memMiB)
+}
+
+// gpuMemoryMiB is the memory of GPU gpu (its ID as text) of node, as its agent reported it;
+// 0 when unknown. The caller holds r.mu.
+func (r *recorder) gpuMemoryMiB(node, gpu string) int64 {
+	st := r.nodes[node]
+	id, err := strconv.Atoi(gpu)
+	if st == nil || err != nil {
+		return 0
+	}
+	for _, d := range st.Status.Devices {
+		if int(d.ID) == id {
+			return d.MemoryMiB
+		}
+	}
+	return 0
+}
+
+// overcommittedLeases is how many GPU leases were seen over-committed.
+func (r *recorder) overcommittedLeases() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.overLeases)
 }
 
 // onGpuClaim times the first status that names a pod as the claim's holder.

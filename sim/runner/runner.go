@@ -174,6 +174,9 @@ type RunResult struct {
 	MeanGPUsPerPod         float64 `json:"meanGPUsPerPod"`
 	// LeasesLeft are GPU leases still present after every pod was deleted.
 	LeasesLeft int `json:"leasesLeft"`
+	// OvercommittedLeases are the GPU leases seen, at any change, with their holders' shares
+	// past the GPU's compute or memory.
+	OvercommittedLeases int `json:"overcommittedLeases"`
 	// ClaimsLeft and PodsLeft are the GpuClaims and pods left in the workload's namespace after
 	// the run deleted its workload (its Jobs and Deployments, or its bare pods and any pre-made claims);
 	// counted for workloads of controllers only (nil otherwise).
@@ -906,6 +909,7 @@ func (r *modeRun) figures(w *workload) {
 	in := collect(r.rec, r.plan, pools, w.t0, w.end, r.stock && !r.withDRA)
 	res.Pods = in.Pods
 	res.Metrics = metrics.Compute(in)
+	res.OvercommittedLeases = r.rec.overcommittedLeases()
 	// The player shifted the plan to the recorder's clock; controllers' pods have no plan times.
 	res.Waterfall = metrics.ComputeWaterfall(r.rec.steps(r.plan, w.t0, !r.controllers))
 	res.APIServer = metrics.APIServerFigures(w.apiAfter.Sub(w.apiBefore))
@@ -1152,7 +1156,7 @@ func collect(rec *recorder, plan []scenario.PodPlan, pools map[string]scenario.N
 	sort.Strings(names)
 	for _, n := range names {
 		st := rec.nodes[n]
-		node := metrics.Node{Name: n, Islands: make([]string, len(st.Status.Devices)), BandwidthGBps: make([]int, len(st.Status.Devices))}
+		node := metrics.Node{Name: n, Islands: make([]string, len(st.Status.Devices)), BandwidthGBps: make([]int, len(st.Status.Devices)), MemoryMiB: make([]int64, len(st.Status.Devices))}
 		if i := strings.LastIndexByte(n, '-'); i > 0 {
 			node.Pool = n[:i]
 			node.Topology = pools[node.Pool].Topology
@@ -1162,6 +1166,7 @@ func collect(rec *recorder, plan []scenario.PodPlan, pools map[string]scenario.N
 			if int(d.ID) < len(node.Islands) {
 				node.Islands[d.ID] = d.Island
 				node.BandwidthGBps[d.ID] = int(d.BandwidthGBps)
+				node.MemoryMiB[d.ID] = d.MemoryMiB
 			}
 		}
 		in.Nodes = append(in.Nodes, node)
@@ -1194,6 +1199,7 @@ func collect(rec *recorder, plan []scenario.PodPlan, pools map[string]scenario.N
 			}
 			if r.boundOK {
 				mp.Bound, mp.BoundOK, mp.Node, mp.IDs = r.bound-t0, true, r.node, r.ids
+				mp.ShareMemoryMiB, mp.ShareComputePercent = r.share.MemoryMiB, int(r.share.ComputePercent)
 			}
 			if r.endedOK {
 				mp.Ended, mp.EndedOK = r.ended-t0, true

@@ -302,10 +302,14 @@ type Fault struct {
 // Expectations a run must meet; unset safety limits default to 0. They apply to the
 // gpu-scheduler run; the baseline is reported, not judged.
 type Expectations struct {
-	MaxDoubleBookedGPUs     *int     `json:"maxDoubleBookedGPUs,omitempty"`
-	MaxUnhealthyAllocations *int     `json:"maxUnhealthyAllocations,omitempty"`
-	MaxLeasesLeft           *int     `json:"maxLeasesLeft,omitempty"`
-	MinIslandLocalRatio     *float64 `json:"minIslandLocalRatio,omitempty"`
+	MaxDoubleBookedGPUs     *int `json:"maxDoubleBookedGPUs,omitempty"`
+	MaxUnhealthyAllocations *int `json:"maxUnhealthyAllocations,omitempty"`
+	MaxLeasesLeft           *int `json:"maxLeasesLeft,omitempty"`
+	// MaxOvercommittedGPUs: Shared GPUs whose holders' shares summed past the GPU's compute
+	// (100 %) or memory, judged twice: at every binding from the bound pods' share
+	// annotations, and at every change of a GPU lease from its shares annotation.
+	MaxOvercommittedGPUs *int     `json:"maxOvercommittedGPUs,omitempty"`
+	MinIslandLocalRatio  *float64 `json:"minIslandLocalRatio,omitempty"`
 	// MaxPartialGangs: gangs with some but not all members bound at the end.
 	MaxPartialGangs *int `json:"maxPartialGangs,omitempty"`
 	// MaxGangIdleGPUSeconds: GPU time gang members held while waiting for their mates.

@@ -110,6 +110,7 @@ func (s *Scenario) Default() {
 	zero(&e.MaxDoubleBookedGPUs)
 	zero(&e.MaxUnhealthyAllocations)
 	zero(&e.MaxLeasesLeft)
+	zero(&e.MaxOvercommittedGPUs)
 	if len(w.Controllers) > 0 {
 		zero(&e.MaxClaimsLeft)
 		zero(&e.MaxPodsLeft)
@@ -163,6 +164,7 @@ func (c *checker) validate(s *Scenario) {
 		"spec.expectations.maxDoubleBookedGPUs":     e.MaxDoubleBookedGPUs,
 		"spec.expectations.maxUnhealthyAllocations": e.MaxUnhealthyAllocations,
 		"spec.expectations.maxLeasesLeft":           e.MaxLeasesLeft,
+		"spec.expectations.maxOvercommittedGPUs":    e.MaxOvercommittedGPUs,
 		"spec.expectations.maxPartialGangs":         e.MaxPartialGangs,
 		"spec.expectations.maxClaimsLeft":           e.MaxClaimsLeft,
 		"spec.expectations.maxPodsLeft":             e.MaxPodsLeft,
