@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -151,18 +152,33 @@ func subRoom(room, used int64) int64 {
 	return room - used
 }
 
-// LeastFragmentingGPU is, of the GPUs candidates (IDs among gpuIDs that can host the one-GPU
-// task), the one whose taking raises the node's fragmentation least, and that rise: where on a
-// node a shared task lands decides what is left for the next ones. Ties go to the first
-// candidate. ok is false when there is no candidate.
-func LeastFragmentingGPU(gpuIDs []int, n NodeFree, candidates []int, task Shape, demand []WeightedShape) (id int, delta float64, ok bool) {
-	for _, c := range candidates {
-		d := FragmentationDelta(gpuIDs, n, []int{c}, task, demand)
-		if !ok || d < delta {
-			id, delta, ok = c, d, true
+// LeastFragmentingGPU is, of the node's GPUs (gpuIDs, free as in n) that can host the one-GPU
+// task, the one whose taking raises the node's fragmentation least, and that rise: where on a
+// node a shared task lands decides what is left for the next ones. fits says whether a GPU can
+// host the task (the allocator's caps); it is asked in order of rise, so mostly once. GPUs with
+// the same free capacity give the same rise, which is computed once for them. Ties go to the
+// lower ID. ok is false when no GPU fits.
+func LeastFragmentingGPU(gpuIDs []int, n NodeFree, task Shape, demand []WeightedShape, fits func(id int) bool) (id int, delta float64, ok bool) {
+	type option struct {
+		free  int
+		delta float64
+	}
+	var opts []option
+	for i, f := range n.GPUs {
+		if f < task.Milli || f <= 0 || slices.ContainsFunc(opts, func(o option) bool { return o.free == f }) {
+			continue
+		}
+		opts = append(opts, option{f, FragmentationDelta(gpuIDs, n, []int{gpuIDs[i]}, task, demand)})
+	}
+	slices.SortStableFunc(opts, func(a, b option) int { return cmp.Compare(a.delta, b.delta) })
+	for _, o := range opts {
+		for i, f := range n.GPUs {
+			if f == o.free && fits(gpuIDs[i]) {
+				return gpuIDs[i], o.delta, true
+			}
 		}
 	}
-	return id, delta, ok
+	return 0, 0, false
 }
 
 // FragmentationScores turns the fragmentation change of placing the pod on each candidate node

@@ -188,14 +188,19 @@ func TestLeastFragmentingGPU(t *testing.T) {
 	ids, free := FreeMilli(n)
 	nf := NodeFree{GPUs: free, Room: Unbounded}
 	task := Shape{Milli: 300, GPUs: 1}
-	id, d, ok := LeastFragmentingGPU(ids, nf, []int{0, 1}, task, demand)
+	all := func(int) bool { return true }
+	id, d, ok := LeastFragmentingGPU(ids, nf, task, demand, all)
 	if !ok || id != 1 || d != -150 {
 		t.Fatalf("LeastFragmentingGPU = %d, %v, %v; want GPU 1, -150", id, d, ok)
+	}
+	// The caps refuse GPU 1: the next best that fits.
+	if id, d, ok := LeastFragmentingGPU(ids, nf, task, demand, func(id int) bool { return id != 1 }); !ok || id != 0 || d != 350 {
+		t.Fatalf("GPU 1 refused: %d, %v, %v; want GPU 0, 350", id, d, ok)
 	}
 	if got := FragmentationDelta(ids, nf, res.IDs, task, demand); !slices.Equal(res.IDs, []int{0}) || got != 350 {
 		t.Fatalf("the allocator's choice %v grows fragmentation by %v; the test expects GPU 0 and 350", res.IDs, got)
 	}
-	if _, _, ok := LeastFragmentingGPU(ids, nf, nil, task, demand); ok {
-		t.Fatal("a pick without candidates")
+	if _, _, ok := LeastFragmentingGPU(ids, nf, task, demand, func(int) bool { return false }); ok {
+		t.Fatal("a pick where no GPU fits")
 	}
 }

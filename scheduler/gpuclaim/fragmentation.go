@@ -182,18 +182,13 @@ func (p *Plugin) fragmentationScores(s *stateData, pod *v1.Pod, nodes []fwk.Node
 		if !perGPU {
 			continue
 		}
-		var fits []int
 		one := s.req
-		for i, id := range ids {
-			if free[i] < task.Milli {
-				continue // FreeMilli already says the share's compute does not fit
-			}
+		fits := func(id int) bool {
 			one.Pinned = []int{id}
-			if _, err := allocator.Allocate(n, one); err == nil {
-				fits = append(fits, id)
-			}
+			_, err := allocator.Allocate(n, one)
+			return err == nil
 		}
-		if id, d, ok := allocator.LeastFragmentingGPU(ids, nf, fits, task, demand); ok && d < deltas[name] {
+		if id, d, ok := allocator.LeastFragmentingGPU(ids, nf, task, demand, fits); ok && d < deltas[name] {
 			deltas[name] = d
 			if picks == nil {
 				picks = make(map[string][]int)
