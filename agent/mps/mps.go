@@ -300,6 +300,9 @@ func (m *Manager) supervise(d *daemon) {
 			m.event(false, "MPSDaemonStopped", fmt.Sprintf("MPS control daemon for GPU %s stopped", d.uuid))
 			return
 		}
+		if d.err != nil {
+			return // it never served (watch said why)
+		}
 		if attempt == 0 && !isClosed(d.ready) {
 			d.err = fmt.Errorf("the MPS control daemon of GPU %s exited before it served: %v", d.uuid, err)
 			m.event(true, "MPSDaemonFailed", d.err.Error())
@@ -341,9 +344,13 @@ func (m *Manager) watch(d *daemon, cmd *exec.Cmd, exited chan error, ready func(
 			return nil, true
 		case <-deadline:
 			if !isClosed(d.ready) {
+				// A daemon that does not serve is given up rather than left running: the next
+				// Ensure of the GPU starts a new one.
 				d.err = fmt.Errorf("the MPS control daemon of GPU %s made no control pipe %s within %s", d.uuid, control, m.cfg.StartTimeout)
 				m.event(true, "MPSDaemonFailed", d.err.Error())
-				ready()
+				_ = cmd.Process.Kill()
+				<-exited
+				return d.err, false
 			}
 		case <-tick.C:
 			if !isClosed(d.ready) {

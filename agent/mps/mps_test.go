@@ -42,6 +42,14 @@ if [ "$cmd" = quit ]; then touch "$CUDA_MPS_PIPE_DIRECTORY/quit"; fi
 	return bin, log
 }
 
+// gaveUp says whether the daemon of uuid ended on its own (it failed).
+func (m *Manager) gaveUp(uuid string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.daemons[uuid]
+	return d != nil && isClosed(d.done)
+}
+
 func readLog(t *testing.T, log string) []string {
 	t.Helper()
 	b, err := os.ReadFile(log)
@@ -245,4 +253,31 @@ func TestDaemonThatNeverServesFailsEnsure(t *testing.T) {
 	if modes, _ := r.got(); !slices.Equal(modes, []string{"GPU-a=true", "GPU-a=false"}) {
 		t.Fatalf("compute modes %q, want EXCLUSIVE_PROCESS then DEFAULT again", modes)
 	}
+}
+
+// A daemon that runs but never makes its control pipe fails Ensure after StartTimeout and is
+// killed, not left running; the next Ensure tries a new one.
+func TestDaemonWithoutControlPipeIsGivenUp(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nvidia-cuda-mps-control")
+	script := "#!/bin/sh\n[ \"$1\" = -f ] || exit 0\necho started >> " + filepath.Join(dir, "starts") + "\nexec sleep 600\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &recorder{}
+	m := New(ctx, Config{Control: bin, Root: filepath.Join(dir, "mps"), Event: r.event, StartTimeout: 200 * time.Millisecond})
+	for i := range 2 {
+		_, err := m.Ensure(ctx, "GPU-a")
+		if err == nil || !strings.Contains(err.Error(), "made no control pipe") {
+			t.Fatalf("Ensure %d: error %v, want no control pipe", i, err)
+		}
+		eventually(t, "the daemon given up", func() bool { return len(m.Running()) == 0 || m.gaveUp("GPU-a") })
+	}
+	if starts := readLog(t, filepath.Join(dir, "starts")); len(starts) != 2 {
+		t.Fatalf("daemons started %d times, want 2 (one per Ensure)", len(starts))
+	}
+	cancel()
+	m.Wait() // returns only if no daemon was left running
 }
