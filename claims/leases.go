@@ -21,10 +21,17 @@ import (
 // (apiv1.LabelLeaseNode, apiv1.LabelLeaseGPU) so that the scheduler, the agent and kubectl gpu
 // can select a node's leases; its holderIdentity is one pod UID, or several comma-separated
 // when the GPU is Shared (apiv1.LabelLeaseShared).
+//
+// A MIG device's lease (apiv1.MIGLeaseName) is read here too: it carries the GPU label of the
+// GPU the device is on and apiv1.LabelLeaseMIGSlot, and MIG is set. Its one holder holds the
+// device, not the GPU whole.
 type GPULease struct {
-	Node    string
-	GPU     int
-	Shared  bool
+	Node   string
+	GPU    int
+	Shared bool
+	// MIG is set on a MIG device's lease: the device's slot on GPU.
+	MIG     bool
+	Slot    int
 	Holders []types.UID
 	// Shares are a Shared lease's holders' shares (apiv1.AnnotationLeaseShares); a holder
 	// missing from it stated none, or was written by a scheduler before shares. Unreadable
@@ -81,9 +88,28 @@ func NewGPULease(namespace string, pod *corev1.Pod, node string, id int, shared 
 	return l, nil
 }
 
-// ParseGPULease reads a GPU lease; ok is false for a lease that is none (no node label) or
-// that is malformed: a GPU label that is no ID in 0-apiv1.MaxGPUID, or no holderIdentity. A
-// malformed lease must make no component fail, so every reader skips it alike.
+// NewMIGLease is the lease that locks MIG device slot of GPU id of node for pod, acquired at
+// now, in namespace: named apiv1.MIGLeaseName(node, id, slot), labelled as NewGPULease labels
+// an Exclusive GPU's lease (its GPU label names the GPU the device is on) and with the slot
+// (apiv1.LabelLeaseMIGSlot), held by the pod's UID.
+func NewMIGLease(namespace string, pod *corev1.Pod, node string, id, slot int, now time.Time) (*coordinationv1.Lease, error) {
+	name, err := apiv1.MIGLeaseName(node, id, slot)
+	if err != nil {
+		return nil, err
+	}
+	l, err := NewGPULease(namespace, pod, node, id, false, now)
+	if err != nil {
+		return nil, err
+	}
+	l.Name = name
+	l.Labels[apiv1.LabelLeaseMIGSlot] = strconv.Itoa(slot)
+	return l, nil
+}
+
+// ParseGPULease reads a GPU lease or a MIG device's lease; ok is false for a lease that is
+// none (no node label) or that is malformed: a GPU label that is no ID in 0-apiv1.MaxGPUID, a
+// MIG slot label that is no slot in 0-apiv1.MaxMIGSlot, or no holderIdentity. A malformed
+// lease must make no component fail, so every reader skips it alike.
 func ParseGPULease(l *coordinationv1.Lease) (GPULease, bool) {
 	node := l.Labels[apiv1.LabelLeaseNode]
 	id, ok := GPUOf(l)
@@ -91,6 +117,13 @@ func ParseGPULease(l *coordinationv1.Lease) (GPULease, bool) {
 		return GPULease{}, false
 	}
 	out := GPULease{Node: node, GPU: id, Shared: l.Labels[apiv1.LabelLeaseShared] == "true"}
+	if s, isMIG := l.Labels[apiv1.LabelLeaseMIGSlot]; isMIG {
+		slot, err := strconv.Atoi(s)
+		if err != nil || s != strconv.Itoa(slot) || slot < 0 || slot > apiv1.MaxMIGSlot || out.Shared {
+			return GPULease{}, false
+		}
+		out.MIG, out.Slot = true, slot
+	}
 	if v := l.Annotations[apiv1.AnnotationLeaseShares]; out.Shared && v != "" {
 		shares, _ := apiv1.ParseLeaseShares(v)
 		out.Shares = make(map[types.UID]apiv1.ResolvedShare, len(shares))

@@ -53,10 +53,15 @@ func TestParseGPULease(t *testing.T) {
 		{desc: "GPU MaxGPUID", lease: gpuLease(with(apiv1.LabelLeaseGPU, strconv.Itoa(apiv1.MaxGPUID)), ptr.To("u1")),
 			want: GPULease{Node: "n1", GPU: apiv1.MaxGPUID, Holders: []types.UID{"u1"}}, wantOK: true},
 		{desc: "huge GPU", lease: gpuLease(with(apiv1.LabelLeaseGPU, "99999999999999999999999"), ptr.To("u1"))},
+		{desc: "MIG device", lease: gpuLease(with(apiv1.LabelLeaseMIGSlot, "4"), ptr.To("u1")),
+			want: GPULease{Node: "n1", GPU: 3, MIG: true, Slot: 4, Holders: []types.UID{"u1"}}, wantOK: true},
+		{desc: "MIG slot not a number", lease: gpuLease(with(apiv1.LabelLeaseMIGSlot, "x"), ptr.To("u1"))},
+		{desc: "MIG slot empty", lease: gpuLease(with(apiv1.LabelLeaseMIGSlot, ""), ptr.To("u1"))},
+		{desc: "MIG slot past MaxMIGSlot", lease: gpuLease(with(apiv1.LabelLeaseMIGSlot, strconv.Itoa(apiv1.MaxMIGSlot+1)), ptr.To("u1"))},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			got, ok := ParseGPULease(tc.lease)
-			if ok != tc.wantOK || got.Node != tc.want.Node || got.GPU != tc.want.GPU || got.Shared != tc.want.Shared || !slices.Equal(got.Holders, tc.want.Holders) {
+			if ok != tc.wantOK || got.Node != tc.want.Node || got.GPU != tc.want.GPU || got.Shared != tc.want.Shared || got.MIG != tc.want.MIG || got.Slot != tc.want.Slot || !slices.Equal(got.Holders, tc.want.Holders) {
 				t.Errorf("ParseGPULease = %+v, %v; want %+v, %v", got, ok, tc.want, tc.wantOK)
 			}
 		})
@@ -171,5 +176,23 @@ func TestNewGPULeaseRoundTrip(t *testing.T) {
 	}
 	if _, err := NewGPULease("gpu-system", pod, strings.Repeat("n", 64), 0, false, now); err == nil {
 		t.Error("a node name too long for a label gave a lease")
+	}
+}
+
+func TestNewMIGLease(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u1"}}
+	l, err := NewMIGLease("gpu-system", pod, "n1", 3, 4, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Name != "gpu-n1-3-mig4" || l.Labels[apiv1.LabelLeaseGPU] != "3" || l.Labels[apiv1.LabelLeaseMIGSlot] != "4" || l.Labels[apiv1.LabelPodUID] != "u1" || l.Labels[apiv1.LabelLeaseShared] != "" {
+		t.Fatalf("lease %s %v", l.Name, l.Labels)
+	}
+	got, ok := ParseGPULease(l)
+	if !ok || !got.MIG || got.Slot != 4 || got.GPU != 3 || !slices.Equal(got.Holders, []types.UID{"u1"}) {
+		t.Fatalf("ParseGPULease = %+v, %v", got, ok)
+	}
+	if _, err := NewMIGLease("gpu-system", pod, "n1", 3, apiv1.MaxMIGSlot+1, time.Unix(0, 0)); err == nil {
+		t.Fatal("slot out of range accepted")
 	}
 }

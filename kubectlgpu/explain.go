@@ -314,7 +314,11 @@ func SummaryLines(r ledger.DryRunResult) []string {
 		}
 		for _, v := range r.Nodes {
 			if v.Reason == "" {
-				lines = append(lines, fmt.Sprintf("%d %s: fit (e.g. %s, GPUs %s)", rc.Nodes, noun, v.Node, apiv1.FormatIDs(v.GPUs)))
+				where := "GPUs " + apiv1.FormatIDs(v.GPUs)
+				if len(v.MIGDevices) > 0 {
+					where = "MIG devices " + strings.Join(v.MIGDevices, ",")
+				}
+				lines = append(lines, fmt.Sprintf("%d %s: fit (e.g. %s, %s)", rc.Nodes, noun, v.Node, where))
 				break
 			}
 		}
@@ -365,6 +369,9 @@ func printExplanation(w io.Writer, ex *Explanation, now time.Time) error {
 	fmt.Fprintf(w, "Dry run of the scheduler's GPU filter on %d nodes (a node whose GpuNodeStatus and agent liveness lease are older than %s is stale):\n", len(ex.DryRun.Nodes), ex.Freshness.Duration)
 	for _, l := range SummaryLines(ex.DryRun) {
 		fmt.Fprintln(w, "  "+l)
+	}
+	if ex.DryRun.NoMIG != "" {
+		fmt.Fprintln(w, "  "+ex.DryRun.NoMIG)
 	}
 	if ex.SchedulerName != "" && ex.SchedulerName != apiv1.SchedulerName && ex.Node == "" {
 		fmt.Fprintf(w, "  note: the pod names scheduler %q; gpu-scheduler serves pods whose spec.schedulerName is its profile (%q unless the release renamed it)\n", ex.SchedulerName, apiv1.SchedulerName)

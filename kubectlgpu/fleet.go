@@ -181,7 +181,7 @@ func Build(statuses []apiv1.GpuNodeStatus, leases []coordinationv1.Lease, pools 
 			holders[node] = map[int][]string{}
 		}
 		holders[node][id] = append(holders[node][id], who)
-		if ref.Shared && l.Labels[apiv1.LabelLeaseMIGSlot] == "" {
+		if ref.Shared && !ref.MIG {
 			if shares[node] == nil {
 				shares[node] = map[int]sum{}
 			}

@@ -128,6 +128,17 @@ func TestStaleness(t *testing.T) {
 			t.Errorf("%s: Staleness = %q, %v; want %q", tc.name, got, err, tc.want)
 		}
 	}
+	// A MIG device's lease: held while the pod's MIG devices name it.
+	mig := lease("n1", "1", "ml", "train")
+	mig.Labels[apiv1.LabelLeaseMIGSlot] = "4"
+	mig.Spec.HolderIdentity = ptr.To("uid-1")
+	for devs, want := range map[string]string{"1:4": "", "1:2": `MIG device 1:4 not in the pod's MIG devices "1:2"`} {
+		p := pod("uid-1", "n1:1")
+		p.Annotations[apiv1.AnnotationMIGDevices] = devs
+		if got, err := Staleness(&mig, func(_, _ string) (*corev1.Pod, error) { return p, nil }); err != nil || got != want {
+			t.Errorf("MIG lease, pod's devices %s: Staleness = %q, %v; want %q", devs, got, err, want)
+		}
+	}
 	shared := lease("n1", "1", "ml", "train")
 	shared.Labels[apiv1.LabelLeaseShared] = "true"
 	if got, _ := Staleness(&shared, func(_, _ string) (*corev1.Pod, error) { return nil, nil }); got != "" {

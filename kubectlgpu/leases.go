@@ -61,12 +61,18 @@ func Staleness(l *coordinationv1.Lease, get podLookup) (string, error) {
 	if err != nil {
 		return "", nil
 	}
-	id, ok := claims.GPUOf(l)
+	ref, ok := claims.ParseGPULease(l)
 	if !ok {
 		return "", nil
 	}
-	if a.Node != l.Labels[apiv1.LabelLeaseNode] || !slices.Contains(a.IDs, id) {
+	if a.Node != ref.Node || !slices.Contains(a.IDs, ref.GPU) {
 		return "GPU not in the pod's allocation " + a.String(), nil
+	}
+	if ref.MIG {
+		refs, _ := apiv1.ParseMIGDevices(pod.Annotations[apiv1.AnnotationMIGDevices])
+		if !slices.Contains(refs, apiv1.MIGDeviceRef{GPU: ref.GPU, Slot: ref.Slot}) {
+			return fmt.Sprintf("MIG device %d:%d not in the pod's MIG devices %q", ref.GPU, ref.Slot, pod.Annotations[apiv1.AnnotationMIGDevices]), nil
+		}
 	}
 	return "", nil
 }

@@ -5,7 +5,6 @@ package leases
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -100,24 +99,19 @@ func Read(indexer cache.Indexer, node string) Usage {
 		if !ok {
 			continue
 		}
-		if s, isMIG := l.Labels[apiv1.LabelLeaseMIGSlot]; isMIG {
-			// A MIG device's lease also names its GPU (LabelLeaseGPU); it holds the device,
-			// not the GPU whole. Read here rather than through claims.ParseGPULease, which
-			// reads whole GPUs' leases.
-			slot, err := strconv.Atoi(s)
-			gpu, ok := claims.GPUOf(l)
-			if err != nil || s != strconv.Itoa(slot) || slot < 0 || slot > apiv1.MaxMIGSlot || !ok || l.Spec.HolderIdentity == nil {
-				continue
-			}
+		ref, ok := claims.ParseGPULease(l)
+		if !ok {
+			continue
+		}
+		if ref.MIG {
+			// A MIG device's lease also names its GPU; it holds the device, not the GPU whole.
 			if u.MIG == nil {
 				u.MIG = map[apiv1.MIGDeviceRef][]string{}
 			}
-			r := apiv1.MIGDeviceRef{GPU: gpu, Slot: slot}
-			u.MIG[r] = append(u.MIG[r], claims.ParseHolders(*l.Spec.HolderIdentity)...)
-			continue
-		}
-		ref, ok := claims.ParseGPULease(l)
-		if !ok {
+			r := apiv1.MIGDeviceRef{GPU: ref.GPU, Slot: ref.Slot}
+			for _, uid := range ref.Holders {
+				u.MIG[r] = append(u.MIG[r], string(uid))
+			}
 			continue
 		}
 		if u.GPUs == nil {

@@ -11,6 +11,7 @@ import (
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims"
+	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
 // Snapshot is the cluster state the plugin's informers would hold, read once by a client that
@@ -35,6 +36,8 @@ type NodeVerdict struct {
 	Detail string `json:"detail,omitempty"`
 	// GPUs is where the claim would land when it fits.
 	GPUs []int `json:"gpus,omitempty"`
+	// MIGDevices are the MIG devices a MIG claim would get when it fits, "<gpu>:<slot>".
+	MIGDevices []string `json:"migDevices,omitempty"`
 }
 
 // DryRunResult is what the plugin would decide for a claim now.
@@ -44,6 +47,9 @@ type DryRunResult struct {
 	// Gang is set for a member of a gang: the scheduler also waits for every member.
 	Gang  string        `json:"gang,omitempty"`
 	Nodes []NodeVerdict `json:"nodes,omitempty"`
+	// NoMIG says, for a MIG claim no node can serve, that none can and what the nodes have
+	// free instead, as the scheduler's Pending reason does.
+	NoMIG string `json:"noMIG,omitempty"`
 }
 
 // ReasonCount is how many nodes were refused (or fit) for one reason.
@@ -73,6 +79,7 @@ func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, f
 		l := ledgerOf(snap)
 		oldest := now.Add(-freshness)
 		rk := RequestKey(&req)
+		fits := false
 		for i := range snap.Nodes {
 			n := &snap.Nodes[i]
 			v := NodeVerdict{Node: n.Name}
@@ -87,8 +94,20 @@ func DryRun(claim *apiv1.GpuClaim, pod *v1.Pod, snap *Snapshot, now time.Time, f
 				}
 			} else {
 				v.GPUs = res.IDs
+				for _, m := range MIGDeviceRefs(res.MIG) {
+					v.MIGDevices = append(v.MIGDevices, m.String())
+				}
+				fits = true
 			}
 			out.Nodes = append(out.Nodes, v)
+		}
+		if !fits && req.Exclusivity == allocator.MIG {
+			selected := map[string]bool{}
+			for i := range snap.Nodes {
+				selected[snap.Nodes[i].Name] = SelectorMatches(claim, &snap.Nodes[i]) && (pn == nil || snap.Nodes[i].Name == pn.Alloc.Node)
+			}
+			out.NoMIG = fmt.Sprintf("no node has %d free MIG devices of profile %s", req.Count, req.MIGProfile) +
+				l.MIGElsewhere(&req, oldest, func(node string) bool { return selected[node] })
 		}
 		sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Node < out.Nodes[j].Node })
 		if pn != nil && !hasNode(snap.Nodes, pn.Alloc.Node) {
@@ -156,7 +175,7 @@ func ledgerOf(snap *Snapshot) *Ledger {
 		}
 		if ref, ok := claims.ParseGPULease(&snap.Leases[i]); ok {
 			for _, uid := range ref.Holders {
-				l.AddHold(uid, ref.Node, []int{ref.GPU}, ref.Shared, ref.Shares[uid], FromLease)
+				l.AddLeaseHold(uid, ref)
 			}
 		} else if node, id, ok := ForeignRef(&snap.Leases[i]); ok {
 			l.Add(ForeignHolder(snap.Leases[i].Name), node, []int{id}, false, FromLease) // foreign.go
@@ -172,7 +191,7 @@ func ledgerOf(snap *Snapshot) *Ledger {
 			continue
 		}
 		if alloc, ok := BoundAllocation(pod); ok {
-			l.AddHold(pod.UID, alloc.Node, alloc.IDs, shared[claims.Key(pod.Namespace, claimNameOf(pod))], PodShare(pod), FromPod)
+			l.AddPodHold(pod, alloc, shared[claims.Key(pod.Namespace, claimNameOf(pod))])
 		}
 	}
 	return l

@@ -3,6 +3,8 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -111,4 +113,51 @@ func (c *Ledger) CapsRuledOut(req *allocator.Request, oldest time.Time, keep fun
 		}
 	}
 	return fmt.Sprintf("; %d nodes have shareable GPUs but none with room for its share (%s; %s)", nodes, strings.Join(causes, ", "), detail)
+}
+
+// MIGElsewhere names what the nodes fresh since oldest (and kept by keep) have free instead,
+// for a MIG request that no node can serve: how many nodes have free MIG devices of each
+// profile, the asked one included where too few. It starts with "; ". Empty for other
+// requests.
+func (c *Ledger) MIGElsewhere(req *allocator.Request, oldest time.Time, keep func(node string) bool) string {
+	if req.Exclusivity != allocator.MIG {
+		return ""
+	}
+	nodes := map[string]int{}
+	c.mu.RLock()
+	for _, g := range c.shapes {
+		if len(g.sum.mig) == 0 {
+			continue
+		}
+		for name, e := range g.nodes {
+			if e.heartbeat.Before(oldest) || !keep(name) {
+				continue
+			}
+			for profile := range g.sum.mig {
+				nodes[profile]++
+			}
+		}
+	}
+	c.mu.RUnlock()
+	const layout = " (the MIG layout is set by the operator: docs/sharing.md)"
+	if len(nodes) == 0 {
+		return "; no node has a free MIG device of any profile" + layout
+	}
+	profiles := slices.Sorted(maps.Keys(nodes))
+	parts := make([]string, len(profiles))
+	for i, p := range profiles {
+		n := nodes[p]
+		parts[i] = fmt.Sprintf("%d %s %s free", n, plural(n, "node has", "nodes have"), p)
+		if p == req.MIGProfile {
+			parts[i] += fmt.Sprintf(" (fewer than %d)", req.Count)
+		}
+	}
+	return "; " + strings.Join(parts, ", ") + layout
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

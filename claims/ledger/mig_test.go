@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
@@ -149,5 +152,38 @@ func TestMIGCandidates(t *testing.T) {
 	whole := allocator.Request{Count: 5}
 	if l.FitsOn("mig", &whole, now.Add(-time.Minute)) {
 		t.Fatal("5 whole GPUs offered on a node with 4 whole")
+	}
+}
+
+// The dry run reads MIG leases and MIG pods' annotations as the scheduler does, names the
+// devices a fitting node would give, and says what the nodes have free when none fits.
+func TestDryRunMIG(t *testing.T) {
+	now := time.Now()
+	holder := "uid-x"
+	lease := coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-scheduler", Name: "gpu-a-1-mig0",
+			Labels: map[string]string{apiv1.LabelLeaseNode: "a", apiv1.LabelLeaseGPU: "1", apiv1.LabelLeaseMIGSlot: "0"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	}
+	pod := v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "y", UID: "uid-y",
+		Annotations: map[string]string{apiv1.AnnotationAllocated: "a:1", apiv1.AnnotationMIGDevices: "1:4"}}, Spec: v1.PodSpec{NodeName: "a"}}
+	snap := &Snapshot{
+		Nodes:    []v1.Node{*ledgertest.Node("a", nil), *ledgertest.Node("b", nil)},
+		Statuses: []apiv1.GpuNodeStatus{*ledgertest.MIGStatus("a", now), *ledgertest.MIGStatus("b", now)},
+		Leases:   []coordinationv1.Lease{lease},
+		Pods:     []v1.Pod{pod},
+	}
+	claim := func(count int32, profile string) *apiv1.GpuClaim {
+		return ledgertest.Claim("c", apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: count, Exclusivity: apiv1.MIG, MigProfile: profile}})
+	}
+	r := DryRun(claim(1, "3g.40gb"), nil, snap, now, DefaultFreshness)
+	if r.NoMIG != "" || r.Nodes[0].Reason != ReasonNoFit || !strings.Contains(r.Nodes[0].Detail, "needs 1 free MIG devices of profile 3g.40gb; node has 0 (2 held)") ||
+		r.Nodes[1].Reason != "" || !slices.Equal(r.Nodes[1].MIGDevices, []string{"1:0"}) {
+		t.Fatalf("3g.40gb: %+v", r)
+	}
+	r = DryRun(claim(3, "3g.40gb"), nil, snap, now, DefaultFreshness)
+	want := "no node has 3 free MIG devices of profile 3g.40gb; 2 nodes have 1g.10gb free, 2 nodes have 1g.20gb free, 2 nodes have 2g.20gb free, 1 node has 3g.40gb free (fewer than 3) (the MIG layout is set by the operator: docs/sharing.md)"
+	if r.NoMIG != want {
+		t.Fatalf("NoMIG = %q\nwant   %q", r.NoMIG, want)
 	}
 }

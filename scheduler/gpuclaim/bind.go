@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger"
 	"github.com/gpu-scheduler/gpu-scheduler/scheduler/allocator"
 )
 
@@ -50,6 +51,9 @@ func (p *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeN
 			},
 		},
 		Target: v1.ObjectReference{Kind: "Node", Name: nodeName},
+	}
+	if len(s.mig) > 0 {
+		b.Annotations[apiv1.AnnotationMIGDevices] = apiv1.FormatMIGDevices(ledger.MIGDeviceRefs(s.mig))
 	}
 	if share := podShare(s.shares); share != "" {
 		b.Annotations[apiv1.AnnotationShare] = share

@@ -30,9 +30,10 @@ import (
 // first.
 var errClaimTaken = errors.New("GpuClaim held by another pod")
 
-// takeClaim records in the claim's status that pod holds it with alloc, in phase, unless the
-// status names another pod that still lives (errClaimTaken), or the claim is gone.
-func (p *Plugin) takeClaim(ctx context.Context, claim *apiv1.GpuClaim, pod *v1.Pod, phase apiv1.ClaimPhase, alloc apiv1.Allocation, msg string) error {
+// takeClaim records in the claim's status that pod holds it with alloc (and the MIG devices
+// mig of a MIG claim), in phase, unless the status names another pod that still lives
+// (errClaimTaken), or the claim is gone.
+func (p *Plugin) takeClaim(ctx context.Context, claim *apiv1.GpuClaim, pod *v1.Pod, phase apiv1.ClaimPhase, alloc apiv1.Allocation, mig []apiv1.MIGDeviceRef, msg string) error {
 	_, err := p.updateClaimStatusIf(ctx, claim, func(st *apiv1.GpuClaimStatus) error {
 		if other := types.UID(st.PodUID); other != "" && other != pod.UID {
 			live, err := p.holderLives(ctx, claim.Namespace, st.PodName, other)
@@ -44,7 +45,7 @@ func (p *Plugin) takeClaim(ctx context.Context, claim *apiv1.GpuClaim, pod *v1.P
 					claim.Namespace, claim.Name, claim.Namespace, st.PodName, other, errClaimTaken)
 			}
 		}
-		setAllocation(st, phase, pod, alloc, msg)
+		setAllocation(st, phase, pod, alloc, mig, msg)
 		return nil
 	}, claimWrite{mustExist: true})
 	return err

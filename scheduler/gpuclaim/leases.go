@@ -36,7 +36,7 @@ const (
 // the race, or this scheduler's view was stale. The pod is retried.
 var errLeaseConflict = errors.New("GPU lease held by another pod")
 
-// leaseRef is what a GPU lease says.
+// leaseRef is what a GPU lease or a MIG device's lease says.
 type leaseRef struct {
 	node    string
 	gpu     int
@@ -44,13 +44,15 @@ type leaseRef struct {
 	shared  bool
 	// shares are a Shared lease's holders' shares (claims.GPULease.Shares).
 	shares map[types.UID]apiv1.ResolvedShare
+	// lease is the whole reading, for the ledger (ledger.AddLeaseHold).
+	lease claims.GPULease
 }
 
-// parseLease reads a GPU lease (claims.ParseGPULease); ok is false for leases that are not ours
-// or are malformed.
+// parseLease reads a GPU lease or a MIG device's lease (claims.ParseGPULease); ok is false for
+// leases that are not ours or are malformed.
 func parseLease(l *coordinationv1.Lease) (leaseRef, bool) {
 	g, ok := claims.ParseGPULease(l)
-	return leaseRef{node: g.Node, gpu: g.GPU, holders: g.Holders, shared: g.Shared, shares: g.Shares}, ok
+	return leaseRef{node: g.Node, gpu: g.GPU, holders: g.Holders, shared: g.Shared, shares: g.Shares, lease: g}, ok
 }
 
 func leaseHolders(obj any) ([]string, error) {
@@ -458,3 +460,38 @@ func ptrTo[T any](v T) *T { return &v }
 
 // errStaleCache makes RetryOnConflict read the lease again: it reads as a conflict.
 var errStaleCache = apierrors.NewConflict(coordinationv1.Resource("leases"), "", errors.New("informer copy does not name the pod"))
+
+// acquireMIG locks the MIG devices devs of node for pod, one lease per device
+// (apiv1.MIGLeaseName), and returns the names of those it created, so that a failure can be
+// rolled back. A MIG device is held by one pod: as for an Exclusive GPU, a lease already there
+// (AlreadyExists, or another pod's seen in the informer) means someone else holds it, and the
+// attempt is lost (errLeaseConflict) unless every holder of that lease is gone, when it is
+// taken over. The devices of one claim are few: they are locked one after another.
+func (p *Plugin) acquireMIG(ctx context.Context, pod *v1.Pod, node string, devs []allocator.MIGSlot) ([]string, error) {
+	leases := p.client.CoordinationV1().Leases(*p.args.LeaseNamespace)
+	var taken []string
+	for _, d := range devs {
+		l, err := claims.NewMIGLease(*p.args.LeaseNamespace, pod, node, d.GPU, d.Slot, p.clock.Now())
+		if err != nil {
+			return taken, err
+		}
+		what := fmt.Sprintf("MIG device %d:%d on node %s (lease %s", d.GPU, d.Slot, node, l.Name)
+		if cached, err := p.leaseLister.Leases(l.Namespace).Get(l.Name); err == nil && !p.stale(cached, pod.UID) {
+			return taken, fmt.Errorf("%s, seen in the informer): %w", what, errLeaseConflict)
+		}
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			if gone, _ := p.takeOverStale(ctx, l.Name, pod.UID); gone {
+				_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: p.fieldManager})
+			}
+		}
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			return taken, fmt.Errorf("%s): %w", what, errLeaseConflict)
+		case err != nil:
+			return taken, fmt.Errorf("creating lease %s/%s: %w", l.Namespace, l.Name, err)
+		}
+		taken = append(taken, l.Name)
+	}
+	return taken, nil
+}

@@ -429,7 +429,7 @@ func (p *Plugin) leaseHandler(ctx context.Context) cache.ResourceEventHandler {
 			if l, ok := obj.(*coordinationv1.Lease); ok {
 				if ref, ok := parseLease(l); ok {
 					for _, uid := range ref.holders {
-						p.ledger.Remove(uid, ref.node, []int{ref.gpu}, ledger.FromLease)
+						p.ledger.RemoveLeaseHold(uid, ref.lease)
 					}
 					p.gpusChanged(ref.node)
 				}
@@ -468,13 +468,13 @@ func (p *Plugin) observeLease(logger klog.Logger, old, obj any) {
 		if p.pods.wasDeleted(uid) {
 			continue
 		}
-		p.ledger.AddHold(uid, ref.node, []int{ref.gpu}, ref.shared, ref.shares[uid], ledger.FromLease)
+		p.ledger.AddLeaseHold(uid, ref.lease)
 	}
 	if ol, ok := old.(*coordinationv1.Lease); ok {
 		if oref, ok := parseLease(ol); ok {
 			for _, uid := range oref.holders {
 				if !now[uid] {
-					p.ledger.Remove(uid, oref.node, []int{oref.gpu}, ledger.FromLease)
+					p.ledger.RemoveLeaseHold(uid, oref.lease)
 				}
 			}
 		}
@@ -528,7 +528,7 @@ func (p *Plugin) observePod(ctx context.Context, obj any) {
 				}
 			}
 		}
-		p.ledger.AddHold(pod.UID, alloc.Node, alloc.IDs, shared, ledger.PodShare(pod), ledger.FromPod)
+		p.ledger.AddPodHold(pod, alloc, shared)
 	}
 }
 

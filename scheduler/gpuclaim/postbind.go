@@ -43,9 +43,10 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return // PreBind wrote Bound when it took the claim (claimlock.go)
 	}
 	alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
-	msg := boundMessage(alloc, pod)
+	mig := ledger.MIGDeviceRefs(s.mig)
+	msg := boundMessage(alloc, mig, pod)
 	if err := p.writeClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
-		setAllocation(st, apiv1.ClaimBound, pod, alloc, msg)
+		setAllocation(st, apiv1.ClaimBound, pod, alloc, mig, msg)
 	}); err != nil {
 		klog.FromContext(ctx).Error(err, "Recording the claim as Bound; will repair", "claim", s.key, "pod", klog.KObj(pod))
 		p.status.bound(s.claim, pod, alloc)
@@ -69,7 +70,7 @@ func (p *Plugin) releaseStale(ctx context.Context, pod *v1.Pod, keep []string) {
 			continue
 		}
 		if ref, ok := parseLease(l); ok {
-			p.ledger.Remove(pod.UID, ref.node, []int{ref.gpu}, ledger.FromLease)
+			p.ledger.RemoveLeaseHold(pod.UID, ref.lease)
 		}
 		metrics.LeasesReleased.Inc()
 	}

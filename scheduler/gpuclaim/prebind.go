@@ -54,9 +54,10 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	// The claim is taken (claimlock.go) with the status the Binding follows: Bound, or Reserved
 	// with recordReservedPhase (PostBind then writes Bound).
 	alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}
-	phase, msg := apiv1.ClaimBound, boundMessage(alloc, pod)
+	mig := ledger.MIGDeviceRefs(s.mig)
+	phase, msg := apiv1.ClaimBound, boundMessage(alloc, mig, pod)
 	if *p.args.RecordReservedPhase {
-		phase, msg = apiv1.ClaimReserved, fmt.Sprintf("GPUs %s on node %s locked for pod %s", apiv1.FormatIDs(s.ids), nodeName, pod.Name)
+		phase, msg = apiv1.ClaimReserved, fmt.Sprintf("%s on node %s locked for pod %s", placedWhat(alloc, mig), nodeName, pod.Name)
 	}
 	// A scheduler alone takes the claim beside the GPU leases rather than after them: the
 	// Binding then waits for one round trip instead of two. The leases alone keep two pods off
@@ -84,7 +85,7 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 			}
 			if alone {
 				out.took = true
-				out.takeErr = p.takeClaim(ctx, out.claim, pod, phase, alloc, msg)
+				out.takeErr = p.takeClaim(ctx, out.claim, pod, phase, alloc, mig, msg)
 			}
 			claimDone <- out
 		}()
@@ -95,7 +96,12 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		s.waitStart = time.Time{}
 	}
 	shared := s.claim.Spec.Devices.Exclusivity == apiv1.Shared
-	taken, err := p.acquire(ctx, pod, nodeName, s.ids, shared, s.shares)
+	var taken []string
+	if len(s.mig) > 0 {
+		taken, err = p.acquireMIG(ctx, pod, nodeName, s.mig)
+	} else {
+		taken, err = p.acquire(ctx, pod, nodeName, s.ids, shared, s.shares)
+	}
 	s.leases = taken
 	leased := p.clock.Since(start)
 	var claimErr error
@@ -124,17 +130,20 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return fwk.AsStatus(fmt.Errorf("locking GPUs %v on node %s for pod %s/%s: %w", s.ids, nodeName, pod.Namespace, pod.Name, err))
 	}
 	// The leases are ours: record them in the ledger now rather than waiting for the informer.
-	if shared {
+	switch {
+	case len(s.mig) > 0:
+		p.ledger.AddMIG(pod.UID, nodeName, s.mig, ledger.FromLease)
+	case shared:
 		for i, id := range s.ids {
 			p.ledger.AddShare(pod.UID, nodeName, []int{id}, shareAt(s.shares, i), ledger.FromLease)
 		}
-	} else {
+	default:
 		p.ledger.Add(pod.UID, nodeName, s.ids, false, ledger.FromLease)
 	}
 	metrics.AllocationLatency.Observe(leased.Seconds())
 
 	if !took {
-		claimErr = p.takeClaim(ctx, s.claim, pod, phase, alloc, msg)
+		claimErr = p.takeClaim(ctx, s.claim, pod, phase, alloc, mig, msg)
 	}
 	if errors.Is(claimErr, errClaimTaken) {
 		metrics.Placement(metrics.ResultError, metrics.ReasonClaimInUse)
@@ -169,9 +178,13 @@ type claimOutcome struct {
 	takeErr error
 }
 
-// setAllocation writes an allocation into a claim status.
-func setAllocation(st *apiv1.GpuClaimStatus, phase apiv1.ClaimPhase, pod *v1.Pod, a apiv1.Allocation, msg string) {
+// setAllocation writes an allocation into a claim status, with a MIG claim's devices mig.
+func setAllocation(st *apiv1.GpuClaimStatus, phase apiv1.ClaimPhase, pod *v1.Pod, a apiv1.Allocation, mig []apiv1.MIGDeviceRef, msg string) {
 	st.Phase = phase
+	st.MigDevices = nil
+	for _, m := range mig {
+		st.MigDevices = append(st.MigDevices, m.String())
+	}
 	st.NodeName = a.Node
 	st.GpuIDs = make([]int32, len(a.IDs))
 	for i, id := range a.IDs {
@@ -183,7 +196,24 @@ func setAllocation(st *apiv1.GpuClaimStatus, phase apiv1.ClaimPhase, pod *v1.Pod
 	st.Message = msg
 }
 
-// boundMessage is the message of a claim Bound to pod with alloc.
-func boundMessage(alloc apiv1.Allocation, pod *v1.Pod) string {
-	return fmt.Sprintf("GPUs %s on node %s allocated to pod %s", apiv1.FormatIDs(alloc.IDs), alloc.Node, pod.Name)
+// boundMessage is the message of a claim Bound to pod with alloc (and MIG devices mig).
+func boundMessage(alloc apiv1.Allocation, mig []apiv1.MIGDeviceRef, pod *v1.Pod) string {
+	return fmt.Sprintf("%s on node %s allocated to pod %s", placedWhat(alloc, mig), alloc.Node, pod.Name)
+}
+
+// placedWhat names what a claim got: "GPUs 0,1", or "MIG devices 2:4,2:5".
+func placedWhat(alloc apiv1.Allocation, mig []apiv1.MIGDeviceRef) string {
+	if len(mig) > 0 {
+		return "MIG devices " + apiv1.FormatMIGDevices(mig)
+	}
+	return "GPUs " + apiv1.FormatIDs(alloc.IDs)
+}
+
+// podMIG is the MIG devices a pod carries (apiv1.AnnotationMIGDevices); nil when none.
+func podMIG(pod *v1.Pod) []apiv1.MIGDeviceRef {
+	refs, err := apiv1.ParseMIGDevices(pod.Annotations[apiv1.AnnotationMIGDevices])
+	if err != nil {
+		return nil
+	}
+	return refs
 }

@@ -325,8 +325,11 @@ func (p *Plugin) nodeSelected(claim *apiv1.GpuClaim, node string) bool {
 
 func (p *Plugin) noNodeMessage(claim *apiv1.GpuClaim, key string, req *allocator.Request, stale int, dom domain, oldest time.Time) string {
 	what := fmt.Sprintf("%d healthy free GPUs", req.Count)
-	if req.Exclusivity == allocator.Shared {
+	switch req.Exclusivity {
+	case allocator.Shared:
 		what = fmt.Sprintf("%d healthy shareable GPUs", req.Count)
+	case allocator.MIG:
+		what = fmt.Sprintf("%d free MIG devices of profile %s", req.Count, req.MIGProfile)
 	}
 	if req.Topology == allocator.Required {
 		what += " in one island"
@@ -339,9 +342,8 @@ func (p *Plugin) noNodeMessage(claim *apiv1.GpuClaim, key string, req *allocator
 		msg += fmt.Sprintf(" (%d nodes ignored: GpuNodeStatus and agent liveness lease older than %s)", stale, p.freshness)
 	}
 	msg += p.ruledOut(claim, req, dom, oldest)
-	return msg + p.ledger.CapsRuledOut(req, oldest, func(node string) bool {
-		return p.nodeSelected(claim, node) && p.inDomain(dom, node)
-	})
+	keep := func(node string) bool { return p.nodeSelected(claim, node) && p.inDomain(dom, node) }
+	return msg + p.ledger.CapsRuledOut(req, oldest, keep) + p.ledger.MIGElsewhere(req, oldest, keep)
 }
 
 // capSharers puts the plugin's maxSharersPerGPU in a Shared request.

@@ -33,11 +33,11 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("reserving GPUs on node %s for pod %s/%s: %w", nodeName, pod.Namespace, pod.Name, err))
 	}
-	s.node, s.ids, s.islands, s.shares = nodeName, res.IDs, res.Islands, res.Shares
+	s.node, s.ids, s.islands, s.shares, s.mig = nodeName, res.IDs, res.Islands, res.Shares, res.MIG
 	if s.strategy == allocator.RoundRobin {
 		p.roundRobin.set(nodeName)
 	}
-	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "claim", s.key, "node", nodeName, "gpus", res.IDs, "score", res.Score, "note", res.Note)
+	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "claim", s.key, "node", nodeName, "gpus", res.IDs, "migDevices", res.MIG, "score", res.Score, "note", res.Note)
 	return nil
 }
 
@@ -70,7 +70,7 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		s.waitStart = time.Time{}
 	}
 	p.ledger.Unreserve(pod.UID, s.key)
-	s.node, s.ids = "", nil
+	s.node, s.ids, s.mig = "", nil, nil
 	if s.gang != "" {
 		// One member failed or timed out: the others must not keep GPUs waiting for it.
 		p.rejectGang(ctx, s.gang, fmt.Sprintf("gang %s: member pod %s/%s was not placed; the gang is retried as a whole", s.gang, pod.Namespace, pod.Name))

@@ -70,7 +70,9 @@ type stateData struct {
 	node      string
 	ids       []int
 	// shares are a Shared pod's share resolved against each GPU of ids (Reserve).
-	shares  []allocator.Resolved
+	shares []allocator.Resolved
+	// mig are a MIG pod's devices (Reserve); ids are then the GPUs they are on.
+	mig     []allocator.MIGSlot
 	leases  []string
 	islands int
 	// claimTaken: PreBind wrote the claim's status for this pod (claimlock.go); Unreserve

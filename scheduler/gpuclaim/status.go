@@ -271,7 +271,7 @@ func (w *statusWriter) next(ctx context.Context) bool {
 	wrote, err := w.p.updateClaimStatus(ctx, s.claim, func(st *apiv1.GpuClaimStatus) {
 		switch {
 		case s.alloc != nil:
-			setAllocation(st, apiv1.ClaimBound, s.pod, *s.alloc, s.msg)
+			setAllocation(st, apiv1.ClaimBound, s.pod, *s.alloc, podMIG(s.pod), s.msg)
 			return
 		case s.reason == "Released":
 			// Only the pod that held the claim may release it.

@@ -28,7 +28,7 @@ func claimStatusWrites(e *testEnv) int {
 func writeBound(t *testing.T, e *testEnv, claim *apiv1.GpuClaim, pod *v1.Pod) {
 	t.Helper()
 	if err := e.p.writeClaimStatus(t.Context(), claim, func(st *apiv1.GpuClaimStatus) {
-		setAllocation(st, apiv1.ClaimBound, pod, apiv1.Allocation{Node: "a", IDs: []int{0}}, "GPUs 0 on node a allocated to pod "+pod.Name)
+		setAllocation(st, apiv1.ClaimBound, pod, apiv1.Allocation{Node: "a", IDs: []int{0}}, nil, "GPUs 0 on node a allocated to pod "+pod.Name)
 	}); err != nil {
 		t.Fatal(err)
 	}
