@@ -27,6 +27,7 @@ import (
 func registerTemplateSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^GpuClaimTemplate "([^"]*)" for (\d+) GPUs?(?: is created)?$`, createTemplate)
 	sc.Step(`^GpuClaimTemplate "([^"]*)" for (\d+) GPUs? in a gang of (\d+)$`, createGangTemplate)
+	sc.Step(`^GpuClaimTemplate "([^"]*)" for a Shared GPU with (\d+) % of its memory$`, createSharedTemplate)
 	sc.Step(`^no pod of Job "([^"]*)" is bound$`, noJobPodBound)
 	sc.Step(`^pod "([^"]*)" uses claim template "([^"]*)"$`, podUsesTemplate)
 	sc.Step(`^pod "([^"]*)" has a GpuClaim made from template "([^"]*)" that it owns$`, podOwnsTemplateClaim)
@@ -40,6 +41,7 @@ func registerTemplateSteps(sc *godog.ScenarioContext) {
 	sc.Step(`^StatefulSet "([^"]*)" is scaled to (\d+)$`, scaleStatefulSet)
 	sc.Step(`^pod "([^"]*)" is deleted by hand and made again with a GpuClaim of its own from template "([^"]*)"$`, podRemade)
 	sc.Step(`^the (\d+) live pods of (Job|Deployment|StatefulSet) "([^"]*)" hold (\d+) GPUs? each from claims they own$`, controllerPodsHoldGPUs)
+	sc.Step(`^the (\d+) live pods of (Job|Deployment|StatefulSet) "([^"]*)" share (\d+) GPUs? each from claims they own$`, controllerPodsShareGPUs)
 	sc.Step(`^every GpuClaim left belongs to a live pod$`, claimsBelongToLivePods)
 	sc.Step(`^GpuClaimTemplate "([^"]*)" is deleted$`, deleteTemplate)
 	sc.Step(`^every pod bound before GpuClaimTemplate "([^"]*)" was deleted still runs on the same GPUs with the same claim$`, podsKeptAfterTemplateDelete)
@@ -55,21 +57,38 @@ func createGangTemplate(ctx context.Context, name string, n, size int) error {
 }
 
 func createTemplateGang(ctx context.Context, name string, n, gangSize int) error {
-	st := state(ctx)
-	t := &apiv1.GpuClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
-		Spec: apiv1.GpuClaimTemplateSpec{
-			Metadata: apiv1.ClaimTemplateMetadata{Labels: map[string]string{"made-from": name}},
-			Spec: apiv1.GpuClaimSpec{
-				Devices:  apiv1.DeviceRequest{Count: int32(n)},
-				Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{LabelScenario: st.id}},
-			},
-		},
-	}
+	t := scenarioTemplate(ctx, name, apiv1.DeviceRequest{Count: int32(n)})
 	if gangSize > 0 {
 		t.Spec.Spec.GangRef = name
 		t.Spec.Spec.GangSize = ptr.To(int32(gangSize))
 	}
+	return createTemplateObject(ctx, t)
+}
+
+// createSharedTemplate makes a template of a Shared claim of one GPU with percent of its memory.
+func createSharedTemplate(ctx context.Context, name string, percent int) error {
+	return createTemplateObject(ctx, scenarioTemplate(ctx, name, apiv1.DeviceRequest{
+		Count: 1, Exclusivity: apiv1.Shared, Share: &apiv1.GPUShare{MemoryPercent: int32(percent)}}))
+}
+
+// scenarioTemplate is a template of devices on the scenario's nodes, its claims labelled made-from.
+func scenarioTemplate(ctx context.Context, name string, devices apiv1.DeviceRequest) *apiv1.GpuClaimTemplate {
+	st := state(ctx)
+	return &apiv1.GpuClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: st.ns},
+		Spec: apiv1.GpuClaimTemplateSpec{
+			Metadata: apiv1.ClaimTemplateMetadata{Labels: map[string]string{"made-from": name}},
+			Spec: apiv1.GpuClaimSpec{
+				Devices:  devices,
+				Selector: &apiv1.NodeSelector{MatchLabels: map[string]string{LabelScenario: st.id}},
+			},
+		},
+	}
+}
+
+func createTemplateObject(ctx context.Context, t *apiv1.GpuClaimTemplate) error {
+	st := state(ctx)
+	name := t.Name
 	if _, err := st.suite.gpu.GpuV1().GpuClaimTemplates(st.ns).Create(ctx, t, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating GpuClaimTemplate %s/%s: %w", st.ns, name, err)
 	}
@@ -281,6 +300,16 @@ func (st *scenario) controllerPods(ctx context.Context, kind, name string) ([]co
 // the claim made for it from its template, and no two holding the same GPU. For a rollout the
 // pods must also all come from the newest pod template.
 func controllerPodsHoldGPUs(ctx context.Context, n int, kind, name string, gpus int) error {
+	return controllerPodsHold(ctx, n, kind, name, gpus, false)
+}
+
+// controllerPodsShareGPUs is controllerPodsHoldGPUs for pods of a Shared template: several may
+// hold one GPU, and each carries the share its own claim states.
+func controllerPodsShareGPUs(ctx context.Context, n int, kind, name string, gpus int) error {
+	return controllerPodsHold(ctx, n, kind, name, gpus, true)
+}
+
+func controllerPodsHold(ctx context.Context, n int, kind, name string, gpus int, shared bool) error {
 	st := state(ctx)
 	return eventually(ctx, waitSlow, fmt.Sprintf("%d pods of %s %s hold %d GPUs each", n, kind, name, gpus), func(ctx context.Context) (bool, string, error) {
 		pods, err := st.controllerPods(ctx, kind, name)
@@ -330,6 +359,12 @@ func controllerPodsHoldGPUs(ctx context.Context, n int, kind, name string, gpus 
 			}
 			if len(a.IDs) != gpus {
 				return false, "", fmt.Errorf("pod %s holds %s, want %d GPUs", p.Name, a, gpus)
+			}
+			if shared {
+				if _, ok := p.Annotations[apiv1.AnnotationShare]; !ok {
+					return false, "", fmt.Errorf("pod %s of a Shared template has no %s annotation", p.Name, apiv1.AnnotationShare)
+				}
+				continue
 			}
 			for _, id := range a.IDs {
 				k := fmt.Sprintf("%s/%d", a.Node, id)

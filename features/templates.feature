@@ -51,6 +51,16 @@ Feature: Pods get GPUs from a GpuClaimTemplate, one claim per pod, cleaned up wi
       | indexed  |
       | plain    |
 
+  Scenario: A Job's pods share one GPU from a Shared template, each with its own claim and share
+    An l4-x1 node has one GPU: four pods of a quarter of its memory each fit on it together.
+    Given a cluster of 1 "l4-x1" node
+    And GpuClaimTemplate "quarter" for a Shared GPU with 25 % of its memory
+    When plain Job "notebooks" runs 4 pods at once for 3 seconds each from claim template "quarter"
+    Then the 4 live pods of Job "notebooks" share 1 GPU each from claims they own
+    And no GPU's shares over-commit its memory or compute
+    And Job "notebooks" succeeds
+    And no GPU lease is held
+
   Scenario: A Deployment's pods keep their own GPUs through a rollout, and old claims go away
     Given a cluster of 1 "dgx-a100" node
     And GpuClaimTemplate "x2" for 2 GPUs
