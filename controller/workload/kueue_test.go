@@ -98,3 +98,87 @@ func TestPodGroupNameFitsALabel(t *testing.T) {
 		t.Fatalf("podGroupName = %q, want it to end in the UID's start -01234567", got)
 	}
 }
+
+// kueueFinalizer is the finalizer Kueue's pod webhook puts on the pods it manages.
+const kueueFinalizer = "kueue.x-k8s.io/managed"
+
+// queuedEnv is an environment with a queued workload whose pods carry Kueue's finalizer, as
+// Kueue's webhook gives them, so that deleted pods stay to be looked at.
+func queuedEnv(t *testing.T, spec apiv1.GpuWorkloadSpec) *testEnv {
+	t.Helper()
+	e := newEnv(t, spec)
+	gw := e.workload(t)
+	gw.Labels = map[string]string{KueueQueueLabel: "team-a"}
+	if err := e.c.Update(context.Background(), gw); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t)
+	for _, name := range e.podNames(t) {
+		e.setPod(t, name, func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, kueueFinalizer) })
+	}
+	return e
+}
+
+// notRetriable checks that every pod of the environment is marked not retriable in its group.
+func (e *testEnv) notRetriable(t *testing.T, wantDeleting bool) {
+	t.Helper()
+	var list corev1.PodList
+	if err := e.c.List(context.Background(), &list, client.InNamespace("ns")); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) == 0 {
+		t.Fatal("no pods")
+	}
+	for _, p := range list.Items {
+		if got := p.Annotations[KueueRetriableInGroupAnnotation]; got != "false" {
+			t.Errorf("pod %s: annotation %s = %q, want \"false\"", p.Name, KueueRetriableInGroupAnnotation, got)
+		}
+		if wantDeleting && p.DeletionTimestamp == nil {
+			t.Errorf("pod %s not deleted", p.Name)
+		}
+	}
+}
+
+// Deleting a queued workload first marks its pods not retriable in their group: Kueue then
+// finishes the group once they stop, frees its quota and lets the pods go; otherwise it keeps
+// them with its finalizer, waiting for replacements, and the workload is never gone.
+func TestDeletedQueuedWorkloadEndsItsKueueGroup(t *testing.T) {
+	e := queuedEnv(t, inlineSpec(2, 1, 1))
+	if err := e.c.Delete(context.Background(), e.workload(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t)
+	e.notRetriable(t, true)
+}
+
+// A queued workload that fails for good ends its group too, so that its quota goes back to the
+// queue although the workload stays.
+func TestFailedQueuedWorkloadEndsItsKueueGroup(t *testing.T) {
+	e := queuedEnv(t, inlineSpec(1, 0, 1))
+	e.setPod(t, "train-0-0", running("node-a", "0,1"))
+	e.reconcile(t)
+	e.setPod(t, "train-0-0", failed)
+	e.reconcile(t)
+	if gw := e.workload(t); gw.Status.Phase != apiv1.WorkloadFailed {
+		t.Fatalf("phase %q, want Failed", gw.Status.Phase)
+	}
+	e.notRetriable(t, false)
+}
+
+// Pods of no group are never marked.
+func TestDeletedUnqueuedWorkloadPodsUnmarked(t *testing.T) {
+	e := newEnv(t, inlineSpec(1, 1, 1))
+	e.reconcile(t)
+	e.setPod(t, "train-0-0", func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, "example.com/hold") })
+	if err := e.c.Delete(context.Background(), e.workload(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t)
+	pod := &corev1.Pod{}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "train-0-0"}, pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pod.Annotations[KueueRetriableInGroupAnnotation]; ok {
+		t.Fatalf("pod of no group marked %s", KueueRetriableInGroupAnnotation)
+	}
+}

@@ -49,7 +49,17 @@ const (
 	KueuePodGroupLabel = "kueue.x-k8s.io/pod-group-name"
 	// KueuePodGroupTotalCountAnnotation is how many pods the group has.
 	KueuePodGroupTotalCountAnnotation = "kueue.x-k8s.io/pod-group-total-count"
+	// KueueRetriableInGroupAnnotation "false" on a pod of a group tells Kueue that the group
+	// will not replace its failed pods: Kueue finishes the group once none of its pods runs,
+	// releases its quota and takes its finalizer off the pods. Otherwise Kueue keeps the failed
+	// or deleted pods of an admitted group, waiting for their replacements.
+	KueueRetriableInGroupAnnotation = "kueue.x-k8s.io/retriable-in-group"
 )
+
+// inKueueGroup reports whether a pod is one of a Kueue pod group.
+func inKueueGroup(pod *corev1.Pod) bool {
+	return pod.Labels[KueuePodGroupLabel] != ""
+}
 
 // queueName is the Kueue LocalQueue of a workload's pods: the workload's queue label, else its
 // template's ("" when neither names one). A queue named on the template alone would otherwise

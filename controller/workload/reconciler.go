@@ -115,6 +115,9 @@ func (r *Reconciler) finalize(ctx context.Context, gw *apiv1.GpuWorkload, pods [
 		return reconcile.Result{}, nil
 	}
 	for _, p := range pods {
+		if err := r.endKueueGroup(ctx, gw, p); err != nil {
+			return reconcile.Result{}, err
+		}
 		if err := r.deletePod(ctx, gw, p, "the workload is being deleted"); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -132,6 +135,25 @@ func (r *Reconciler) finalize(ctx context.Context, gw *apiv1.GpuWorkload, pods [
 	}
 	klog.FromContext(ctx).V(2).Info("GpuWorkload cleaned up")
 	return reconcile.Result{}, nil
+}
+
+// endKueueGroup tells Kueue that the pod's group will not be retried
+// (KueueRetriableInGroupAnnotation), before the workload's last pods are deleted: Kueue would
+// otherwise hold them, terminated, with its finalizer, and keep the group's quota. A pod of no
+// group, or already marked, is left as it is.
+func (r *Reconciler) endKueueGroup(ctx context.Context, gw *apiv1.GpuWorkload, pod *corev1.Pod) error {
+	if !inKueueGroup(pod) || pod.Annotations[KueueRetriableInGroupAnnotation] == "false" {
+		return nil
+	}
+	patch := crclient.MergeFrom(pod.DeepCopy())
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[KueueRetriableInGroupAnnotation] = "false"
+	if err := r.client.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("marking pod %s/%s of GpuWorkload %s not retriable in its Kueue group: %w", pod.Namespace, pod.Name, gw.Name, err)
+	}
+	return nil
 }
 
 // deletePod deletes a pod unless it is already going; its claim goes with it.
@@ -381,7 +403,14 @@ func (r *Reconciler) fail(ctx context.Context, gw *apiv1.GpuWorkload, old *apiv1
 	}
 	failedTotal.WithLabelValues(reason).Inc()
 	for _, rep := range reps {
-		if rep.pod != nil && rep.pod.Status.Phase != corev1.PodSucceeded && rep.pod.Status.Phase != corev1.PodFailed {
+		if rep.pod == nil {
+			continue
+		}
+		// Nothing is retried any more: Kueue may finish the group and free its quota.
+		if err := r.endKueueGroup(ctx, gw, rep.pod); err != nil {
+			return err
+		}
+		if rep.pod.Status.Phase != corev1.PodSucceeded && rep.pod.Status.Phase != corev1.PodFailed {
 			if err := r.deletePod(ctx, gw, rep.pod, "the workload failed"); err != nil {
 				return err
 			}
