@@ -344,11 +344,11 @@ func (st *scenario) podLeases(ctx context.Context, name string) (map[string]stri
 		return nil, err
 	}
 	out := map[string]string{}
-	for _, id := range a.IDs {
-		lname, err := apiv1.LeaseName(a.Node, id)
-		if err != nil {
-			return nil, err
-		}
+	lnames, err := leaseNamesOf(p, a)
+	if err != nil {
+		return nil, err
+	}
+	for _, lname := range lnames {
 		l, err := st.suite.kube.CoordinationV1().Leases(LeaseNamespace).Get(ctx, lname, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("reading lease %s of pod %s: %w", lname, name, err)

@@ -114,6 +114,7 @@ func (s *Suite) InitializeScenario(sc *godog.ScenarioContext) {
 	registerLeaseSteps(sc)
 	registerHealthSteps(sc)
 	registerSharingSteps(sc)
+	registerMIGSteps(sc)
 	registerLivenessSteps(sc)
 	registerLifecycleSteps(sc)
 	registerWebhookSteps(sc)

@@ -209,11 +209,11 @@ func (st *scenario) waitBound(ctx context.Context, name string) (apiv1.Allocatio
 // per GPU held by the pod, and the claim's status.
 func (st *scenario) allocationRecorded(ctx context.Context, pod *corev1.Pod, a apiv1.Allocation) ([]string, error) {
 	var problems []string
-	for _, id := range a.IDs {
-		lname, err := apiv1.LeaseName(a.Node, id)
-		if err != nil {
-			return nil, err
-		}
+	lnames, err := leaseNamesOf(pod, a)
+	if err != nil {
+		return nil, err
+	}
+	for _, lname := range lnames {
 		l, err := st.suite.kube.CoordinationV1().Leases(LeaseNamespace).Get(ctx, lname, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			problems = append(problems, fmt.Sprintf("lease %s does not exist", lname))
@@ -232,7 +232,8 @@ func (st *scenario) allocationRecorded(ctx context.Context, pod *corev1.Pod, a a
 		return nil, err
 	}
 	cs := claim.Status
-	if cs.Phase != apiv1.ClaimBound || cs.Allocated != a.String() || cs.PodUID != string(pod.UID) || cs.PodName != pod.Name || cs.NodeName != a.Node {
+	if cs.Phase != apiv1.ClaimBound || cs.Allocated != a.String() || cs.PodUID != string(pod.UID) || cs.PodName != pod.Name || cs.NodeName != a.Node ||
+		strings.Join(cs.MigDevices, ",") != pod.Annotations[apiv1.AnnotationMIGDevices] {
 		problems = append(problems, fmt.Sprintf("claim status does not record the allocation %s of pod %s: %s", a, pod.Name, describeClaim(claim)))
 	}
 	return problems, nil
@@ -357,4 +358,46 @@ func batchOutcome(ctx context.Context, bound, pending int) error {
 		}
 	}
 	return st.noGPUHeldTwice(ctx)
+}
+
+// leaseNamesOf names the leases a bound pod with allocation a holds: one per GPU, or for a MIG
+// pod one per MIG device (on the GPUs its allocation names).
+func leaseNamesOf(pod *corev1.Pod, a apiv1.Allocation) ([]string, error) {
+	migs, err := podMIGDevices(pod)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range migs {
+		lname, err := apiv1.MIGLeaseName(a.Node, m.GPU, m.Slot)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, lname)
+	}
+	if len(migs) > 0 {
+		return out, nil
+	}
+	for _, id := range a.IDs {
+		lname, err := apiv1.LeaseName(a.Node, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, lname)
+	}
+	return out, nil
+}
+
+// podMIGDevices is the MIG devices a bound pod carries (apiv1.AnnotationMIGDevices); none for
+// a pod without the annotation.
+func podMIGDevices(pod *corev1.Pod) ([]apiv1.MIGDeviceRef, error) {
+	v, ok := pod.Annotations[apiv1.AnnotationMIGDevices]
+	if !ok {
+		return nil, nil
+	}
+	refs, err := apiv1.ParseMIGDevices(v)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
+	}
+	return refs, nil
 }
