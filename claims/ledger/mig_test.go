@@ -187,3 +187,13 @@ func TestDryRunMIG(t *testing.T) {
 		t.Fatalf("NoMIG = %q\nwant   %q", r.NoMIG, want)
 	}
 }
+
+// A scheduling map entry names whole GPUs: a MIG claim is told it cannot be pinned, rather
+// than failing on a request that names GPUs and a profile at once.
+func TestPinRefusesMIG(t *testing.T) {
+	req := migClaimReq(t, 1, "1g.10gb")
+	pn := &Pin{Index: 0, Alloc: apiv1.Allocation{Node: "a", IDs: []int{2}}}
+	if err := pn.Apply(&req, "ns/c"); err == nil || !strings.Contains(err.Error(), "asks for MIG devices (exclusivity MIG), which a map entry cannot name") {
+		t.Fatalf("Apply = %v", err)
+	}
+}

@@ -48,6 +48,9 @@ func PinOf(pod *v1.Pod) (*Pin, error) {
 // so a mismatch is the user's to fix, not ours to guess. Topology and policy give way to the
 // user's choice; exclusivity still holds (an Exclusive claim never takes a shared GPU).
 func (p *Pin) Apply(req *allocator.Request, claimKey string) error {
+	if req.Exclusivity == allocator.MIG {
+		return fmt.Errorf("gpu-scheduling-map entry %s names whole GPUs, but GpuClaim %s asks for MIG devices (exclusivity MIG), which a map entry cannot name", p, claimKey)
+	}
 	if len(p.Alloc.IDs) != req.Count {
 		return fmt.Errorf("gpu-scheduling-map entry %s names %d GPUs but GpuClaim %s asks for %d", p, len(p.Alloc.IDs), claimKey, req.Count)
 	}
