@@ -1,11 +1,15 @@
 package gpuclaim
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	apiv1 "github.com/gpu-scheduler/gpu-scheduler/api/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/claims/ledger/ledgertest"
@@ -175,5 +179,38 @@ func TestFragmentationPicksTheGPU(t *testing.T) {
 	}
 	if !slices.Equal(f20, f40) || slices.Equal(f70, f40) {
 		t.Fatalf("fragmentation placed 70 %% on %v, 40 %% on %v, 20 %% on %v; want the 20 %% pod beside the 40 %% one", f70, f40, f20)
+	}
+}
+
+// The learnt demand converges to the workload's mix: after 500 arrivals drawn from three shapes
+// weighted 60/30/10, each shape's share of the histogram is within 5 points of its weight, and
+// stays so as the workload goes on (the decay forgets, but over thousands of arrivals).
+func TestDemandConverges(t *testing.T) {
+	mix := []struct {
+		s allocator.Shape
+		w float64
+	}{{allocator.Shape{Milli: 500, GPUs: 1, CPUMilli: 8000}, 0.6}, {allocator.Shape{Milli: 1000, GPUs: 1, CPUMilli: 12000}, 0.3}, {allocator.Shape{Milli: 1000, GPUs: 8, CPUMilli: 88000}, 0.1}}
+	rng := rand.New(rand.NewPCG(34, 1))
+	var h demandHistogram
+	for n := 1; n <= 5000; n++ {
+		x, i := rng.Float64(), 0
+		for ; i < len(mix)-1 && x >= mix[i].w; i++ {
+			x -= mix[i].w
+		}
+		h.arrived(types.UID(fmt.Sprint(n)), mix[i].s)
+		if n%500 != 0 {
+			continue
+		}
+		var total float64
+		got := map[allocator.Shape]float64{}
+		for _, d := range h.demand() {
+			total += d.Weight
+			got[d.Shape] = d.Weight
+		}
+		for _, m := range mix {
+			if share := got[m.s] / total; math.Abs(share-m.w) > 0.05 {
+				t.Fatalf("after %d arrivals %v has %.3f of the demand, want %.2f ± 0.05", n, m.s, share, m.w)
+			}
+		}
 	}
 }
