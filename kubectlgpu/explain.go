@@ -266,10 +266,13 @@ func recentEvents(ctx context.Context, kc kubernetes.Interface, ns string, pod *
 func describeRequest(c *apiv1.GpuClaim) string {
 	d := c.Spec.Devices
 	parts := []string{fmt.Sprintf("%d GPUs", d.Count)}
+	if d.Exclusivity == apiv1.MIG {
+		parts[0] = fmt.Sprintf("%d MIG devices of profile %s", d.Count, d.MigProfile)
+	}
 	if d.Policy != "" {
 		parts = append(parts, string(d.Policy))
 	}
-	if d.Exclusivity != "" {
+	if d.Exclusivity != "" && d.Exclusivity != apiv1.MIG {
 		parts = append(parts, string(d.Exclusivity))
 	}
 	if t := c.Spec.Topology; t != nil && t.Mode != "" {

@@ -34,6 +34,10 @@ func TestSummaryLines(t *testing.T) {
 	if got := SummaryLines(r); !reflect.DeepEqual(got, want) {
 		t.Errorf("SummaryLines =\n%q\nwant\n%q", got, want)
 	}
+	mig := ledger.DryRunResult{Nodes: []ledger.NodeVerdict{{Node: "m", GPUs: []int{2}, MIGDevices: []string{"2:4"}}}}
+	if got := SummaryLines(mig); !reflect.DeepEqual(got, []string{"1 node: fit (e.g. m, MIG devices 2:4)"}) {
+		t.Errorf("MIG: %q", got)
+	}
 	blocked := ledger.DryRunResult{Blocked: "GpuClaim ns/c is being deleted"}
 	if got := SummaryLines(blocked); !reflect.DeepEqual(got, []string{"no node is looked at: GpuClaim ns/c is being deleted"}) {
 		t.Errorf("blocked: %q", got)
@@ -94,5 +98,24 @@ func TestExplainTemplatedPodWithoutClaim(t *testing.T) {
 	}
 	if !ex.ClaimMissing || ex.FromTemplate != "" {
 		t.Fatalf("explanation %+v, want the claim missing (made by gpu-controller with the group's gang)", ex)
+	}
+}
+
+// A MIG claim is described by its devices, and a dry run that found no node says what the
+// nodes have free, as the scheduler's Pending reason does.
+func TestExplainMIG(t *testing.T) {
+	c := &apiv1.GpuClaim{Spec: apiv1.GpuClaimSpec{Devices: apiv1.DeviceRequest{Count: 2, Exclusivity: apiv1.MIG, MigProfile: "3g.40gb"}}}
+	if got := describeRequest(c); got != "2 MIG devices of profile 3g.40gb" {
+		t.Errorf("describeRequest = %q", got)
+	}
+	ex := &Explanation{Claim: "ns/c", DryRun: ledger.DryRunResult{
+		Nodes: []ledger.NodeVerdict{{Node: "a", Reason: ledger.ReasonNoFit, Detail: "needs 2 free MIG devices of profile 3g.40gb; node has 1"}},
+		NoMIG: "no node has 2 free MIG devices of profile 3g.40gb; 1 node has 3g.40gb free (fewer than 2) (the MIG layout is set by the operator: docs/sharing.md)"}}
+	var out strings.Builder
+	if err := printExplanation(&out, ex, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "  "+ex.DryRun.NoMIG+"\n") {
+		t.Fatalf("output:\n%s\nwant the NoMIG line", out.String())
 	}
 }
