@@ -27,8 +27,16 @@ Feature: Bad input gets a clear answer
   Scenario: A claim the scheduler cannot serve as written is Failed with the reason
     Given a cluster of 1 "dgx-a100" node
     Then the scheduler fails these GpuClaims:
-      | case | spec                                                         | message                                                                                                            |
-      | MIG  | {devices: {count: 1, exclusivity: MIG, migProfile: 1g.10gb}} | GpuClaim {namespace}/{name} is invalid: spec.devices.exclusivity MIG is not supported yet; use Exclusive or Shared |
+      | case            | spec                                                               | message |
+      | bad label key   | {devices: {count: 1}, selector: {matchLabels: {"gpu type": a100}}} | GpuClaim {namespace}/{name} is invalid: spec.selector.matchLabels key "gpu type" is not a valid label key: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') |
+
+  Scenario: A MIG claim with a profile is accepted and waits for a free MIG device of it
+    Given a cluster of 1 "dgx-a100" node
+    When pod "mig" claims:
+      """yaml
+      devices: {count: 1, exclusivity: MIG, migProfile: 1g.10gb}
+      """
+    Then pod "mig" is pending: "no node has 1 free MIG devices of profile 1g.10gb for GpuClaim {namespace}/mig; no node has a free MIG device of any profile (the MIG layout is set by the operator: docs/sharing.md)"
 
   Scenario: A pod that names a claim that does not exist stays pending
     Given a cluster of 1 "dgx-a100" node
