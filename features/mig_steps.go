@@ -42,8 +42,11 @@ func podBoundToMIG(ctx context.Context, name, devs, ids string) error {
 // migRef parses one "<gpu>:<slot>".
 func migRef(dev string) (apiv1.MIGDeviceRef, error) {
 	refs, err := apiv1.ParseMIGDevices(dev)
-	if err != nil || len(refs) != 1 {
-		return apiv1.MIGDeviceRef{}, fmt.Errorf("%q is not one MIG device <gpu>:<slot>: %v", dev, err)
+	if err != nil {
+		return apiv1.MIGDeviceRef{}, fmt.Errorf("%q is not one MIG device <gpu>:<slot>: %w", dev, err)
+	}
+	if len(refs) != 1 {
+		return apiv1.MIGDeviceRef{}, fmt.Errorf("%q names %d MIG devices; want one <gpu>:<slot>", dev, len(refs))
 	}
 	return refs[0], nil
 }
@@ -80,8 +83,12 @@ func migLocked(ctx context.Context, dev string, node int, pod string, gpu int) e
 	if err != nil {
 		return err
 	}
-	if _, err := st.suite.kube.CoordinationV1().Leases(LeaseNamespace).Get(ctx, whole, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		return fmt.Errorf("GPU %d of node %s, in MIG mode, has a whole-GPU lease %s (err %v)", gpu, name, whole, err)
+	_, err = st.suite.kube.CoordinationV1().Leases(LeaseNamespace).Get(ctx, whole, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return fmt.Errorf("GPU %d of node %s, in MIG mode, has a whole-GPU lease %s", gpu, name, whole)
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading lease %s: %w", whole, err)
 	}
 	return nil
 }
