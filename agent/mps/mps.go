@@ -304,7 +304,7 @@ func (m *Manager) supervise(d *daemon) {
 			return // it never served (watch said why)
 		}
 		if attempt == 0 && !isClosed(d.ready) {
-			d.err = fmt.Errorf("the MPS control daemon of GPU %s exited before it served: %v", d.uuid, err)
+			d.err = fmt.Errorf("the MPS control daemon of GPU %s exited before it served: %w", d.uuid, err)
 			m.event(true, "MPSDaemonFailed", d.err.Error())
 			return
 		}
@@ -349,7 +349,8 @@ func (m *Manager) watch(d *daemon, cmd *exec.Cmd, exited chan error, ready func(
 				d.err = fmt.Errorf("the MPS control daemon of GPU %s made no control pipe %s within %s", d.uuid, control, m.cfg.StartTimeout)
 				m.event(true, "MPSDaemonFailed", d.err.Error())
 				_ = cmd.Process.Kill()
-				<-exited
+				killed := <-exited
+				klog.FromContext(m.ctx).V(4).Info("Killed the MPS control daemon that did not serve", "gpu", d.uuid, "exit", killed)
 				return d.err, false
 			}
 		case <-tick.C:
@@ -375,11 +376,15 @@ func (m *Manager) quit(d *daemon, cmd *exec.Cmd, exited chan error) {
 		logger.Error(err, "Telling the MPS control daemon to quit failed", "output", string(out))
 	}
 	select {
-	case <-exited:
+	case err := <-exited:
+		if err != nil {
+			logger.Info("The MPS control daemon quit with an error", "err", err)
+		}
 	case <-ctx.Done():
 		logger.Info("The MPS control daemon did not quit in time; killing it", "timeout", m.cfg.QuitTimeout)
 		_ = cmd.Process.Kill()
-		<-exited
+		killed := <-exited
+		logger.V(4).Info("Killed the MPS control daemon", "exit", killed)
 	}
 }
 

@@ -243,7 +243,7 @@ func nvmlComputeMode(lib nvml.Interface) func(context.Context, string, bool) err
 		if ret := lib.Init(); ret != nvml.SUCCESS {
 			return fmt.Errorf("initialising NVML: %s", nvml.ErrorString(ret))
 		}
-		defer lib.Shutdown()
+		defer func() { _ = lib.Shutdown() }() // the agent's own session stays open
 		dev, ret := lib.DeviceGetHandleByUUID(uuid)
 		if ret != nvml.SUCCESS {
 			return fmt.Errorf("finding GPU %s: %s", uuid, nvml.ErrorString(ret))
