@@ -251,3 +251,33 @@ func TestShippedHardware(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceFileAbsolutePaths: a trace's pod and node lists given as absolute paths are read
+// from there, not under the scenario's directory (as hardwareFile is), with the same result.
+func TestTraceFileAbsolutePaths(t *testing.T) {
+	in := "testdata/tracefile.input.yaml"
+	rel, err := LoadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs("testdata/traces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := strings.ReplaceAll(string(data), "traces/", abs+"/")
+	file := filepath.Join(t.TempDir(), "tracefile.yaml")
+	if err := os.WriteFile(file, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadFile(file)
+	if err != nil {
+		t.Fatalf("absolute trace paths: %v", err)
+	}
+	if diff := cmp.Diff(string(render(t, rel)), strings.ReplaceAll(string(render(t, got)), abs+"/", "traces/")); diff != "" {
+		t.Errorf("absolute trace paths load differently (-relative +absolute):\n%s", diff)
+	}
+}

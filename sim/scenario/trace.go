@@ -458,7 +458,7 @@ func (c *checker) loadTrace(file string, s *Scenario) *Error {
 	loaded := &TraceLoaded{Skipped: map[string]int{}}
 	models := map[string]bool{}
 	if t.Nodes != "" {
-		pools, err := loadTraceNodes(filepath.Join(dir, t.Nodes), t, ncols, loaded)
+		pools, err := loadTraceNodes(relativeTo(dir, t.Nodes), t, ncols, loaded)
 		if err != nil {
 			return err
 		}
@@ -477,7 +477,7 @@ func (c *checker) loadTrace(file string, s *Scenario) *Error {
 		}
 		s.Spec.NodePools = kept
 	}
-	path := filepath.Join(dir, t.Pods)
+	path := relativeTo(dir, t.Pods)
 	recs, rerr := readRecords(path)
 	if rerr != nil {
 		return rerr
@@ -762,4 +762,13 @@ func loadTraceNodes(path string, t *TraceFile, cols TraceNodeColumns, loaded *Tr
 		return nil, &Error{File: path, Errs: []FieldError{{Msg: "no GPU node in the node list"}}}
 	}
 	return pools, nil
+}
+
+// relativeTo is path as written in a scenario in dir: itself when absolute, else under dir
+// (as hardwareFile is read).
+func relativeTo(dir, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(dir, path)
 }
