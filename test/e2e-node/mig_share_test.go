@@ -50,7 +50,7 @@ func TestMIGAndSharedPodsGetTheirDeviceAndLimits(t *testing.T) {
 		})
 		waitResource(t, gpuResource, func(q int64) bool { return q == 8 })
 	})
-	st := waitNodeStatus(t, gpus, "GPUs 0-3 in MIG mode with 1g.10gb devices", func(s *apiv1.GpuNodeStatus) bool {
+	waitNodeStatus(t, gpus, "GPUs 0-3 in MIG mode with 1g.10gb devices", func(s *apiv1.GpuNodeStatus) bool {
 		n := 0
 		for _, d := range s.Status.Devices {
 			if d.MIG != nil && d.MIG.Enabled && slices.ContainsFunc(d.MIG.Devices, func(m apiv1.MigDevice) bool { return m.Profile == "1g.10gb" && m.UUID != "" }) {
@@ -76,7 +76,7 @@ func TestMIGAndSharedPodsGetTheirDeviceAndLimits(t *testing.T) {
 		t.Fatalf("the MIG pod's %s annotation %q: %v; want one MIG device", apiv1.AnnotationMIGDevices, p.Annotations[apiv1.AnnotationMIGDevices], err)
 	}
 	ref := refs[0]
-	st, err = gpus.GpuV1().GpuNodeStatuses().Get(ctx, env.node.Name(), metav1.GetOptions{})
+	st, err := gpus.GpuV1().GpuNodeStatuses().Get(ctx, env.node.Name(), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
