@@ -440,7 +440,14 @@ func kueueAdmits(ctx context.Context, job, team string, borrowed int) error {
 }
 
 // borrowedGPUs reads status.flavorsUsage[].resources[nvidia.com/gpu].borrowed of a ClusterQueue.
-func borrowedGPUs(cq *unstructured.Unstructured) int64 {
+func borrowedGPUs(cq *unstructured.Unstructured) int64 { return flavorsUsageGPUs(cq, "borrowed") }
+
+// usedGPUs reads status.flavorsUsage[].resources[nvidia.com/gpu].total of a ClusterQueue.
+func usedGPUs(cq *unstructured.Unstructured) int64 { return flavorsUsageGPUs(cq, "total") }
+
+// flavorsUsageGPUs sums field (total, borrowed) of the GPU resource over a ClusterQueue's
+// status.flavorsUsage.
+func flavorsUsageGPUs(cq *unstructured.Unstructured, field string) int64 {
 	usage, _, _ := unstructured.NestedSlice(cq.Object, "status", "flavorsUsage")
 	var total int64
 	for _, f := range usage {
@@ -451,7 +458,7 @@ func borrowedGPUs(cq *unstructured.Unstructured) int64 {
 			if rm["name"] != string(kueueResource) {
 				continue
 			}
-			if s, ok := rm["borrowed"].(string); ok {
+			if s, ok := rm[field].(string); ok {
 				if q, err := resource.ParseQuantity(s); err == nil {
 					total += q.Value()
 				}
@@ -721,28 +728,6 @@ func admittedUsage(wl *unstructured.Unstructured) (count, gpus int64) {
 		}
 	}
 	return count, gpus
-}
-
-// usedGPUs reads status.flavorsUsage[].resources[nvidia.com/gpu].total of a ClusterQueue.
-func usedGPUs(cq *unstructured.Unstructured) int64 {
-	usage, _, _ := unstructured.NestedSlice(cq.Object, "status", "flavorsUsage")
-	var total int64
-	for _, f := range usage {
-		fm, _ := f.(map[string]any)
-		res, _ := fm["resources"].([]any)
-		for _, r := range res {
-			rm, _ := r.(map[string]any)
-			if rm["name"] != string(kueueResource) {
-				continue
-			}
-			if s, ok := rm["total"].(string); ok {
-				if q, err := resource.ParseQuantity(s); err == nil {
-					total += q.Value()
-				}
-			}
-		}
-	}
-	return total
 }
 
 // workloadPodsInIslands checks that every pod of the GpuWorkload asks for gpus of the device
