@@ -62,17 +62,7 @@ type Args struct {
 	// (a share-less Shared pod reserves no memory or compute and counts only here). Default
 	// 16 (ledger.DefaultMaxSharersPerGPU).
 	MaxSharersPerGPU *int32 `json:"maxSharersPerGPU,omitempty"`
-	// MaxPodsBinding bounds the claim pods whose API writes (GPU leases, claim status,
-	// Binding) are under way at once; beyond it the next claim pod's scheduling cycle waits in
-	// PreFilter for one to finish (bindslots.go). 0: no bound. Default 16
-	// (DefaultMaxPodsBinding).
-	MaxPodsBinding *int32 `json:"maxPodsBinding,omitempty"`
 }
-
-// DefaultMaxPodsBinding is MaxPodsBinding's default: enough round trips in flight to keep an
-// API server that answers in tens of milliseconds busy at hundreds of pods a second, few
-// enough that a saturated one answers each of them within a fraction of a second.
-const DefaultMaxPodsBinding = 16
 
 // ArgsKind is the kind of the plugin's args.
 const ArgsKind = "GpuClaimPluginArgs"
@@ -105,9 +95,6 @@ func SetDefaultsArgs(a *Args) {
 	}
 	if a.MaxSharersPerGPU == nil {
 		a.MaxSharersPerGPU = ptr.To[int32](ledger.DefaultMaxSharersPerGPU)
-	}
-	if a.MaxPodsBinding == nil {
-		a.MaxPodsBinding = ptr.To[int32](DefaultMaxPodsBinding)
 	}
 }
 
@@ -150,9 +137,6 @@ func ValidateArgs(path *field.Path, a *Args) error {
 	}
 	if a.MaxSharersPerGPU == nil || *a.MaxSharersPerGPU < 1 {
 		errs = append(errs, field.Invalid(path.Child("maxSharersPerGPU"), ptr.Deref(a.MaxSharersPerGPU, 0), "must be at least 1"))
-	}
-	if a.MaxPodsBinding == nil || *a.MaxPodsBinding < 0 {
-		errs = append(errs, field.Invalid(path.Child("maxPodsBinding"), ptr.Deref(a.MaxPodsBinding, -1), "must not be negative (0: no bound)"))
 	}
 	seen := map[string]bool{}
 	for i, l := range a.TopologyLevels {
@@ -224,9 +208,6 @@ func (a *Args) DeepCopy() *Args {
 	}
 	if a.MaxSharersPerGPU != nil {
 		out.MaxSharersPerGPU = ptr.To(*a.MaxSharersPerGPU)
-	}
-	if a.MaxPodsBinding != nil {
-		out.MaxPodsBinding = ptr.To(*a.MaxPodsBinding)
 	}
 	out.TopologyLevels = slices.Clone(a.TopologyLevels)
 	return out

@@ -129,9 +129,7 @@ type Plugin struct {
 	// admit binds pods of one GPU count to a node one at a time (admitgate.go), and
 	// finishing holds a finished pod's GPUs until its kubelet has let go of them
 	// (finishing.go); both nil without the device plugin.
-	admit *admitGate
-	// binding bounds the pods whose API writes are under way (bindslots.go).
-	binding   *bindSlots
+	admit     *admitGate
 	finishing *finishing
 	// domains groups nodes by topology level; holds are the nodes gangs hold in their domain
 	// (domains.go).
@@ -189,7 +187,6 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, gpuClient 
 		createSlots:  make(chan struct{}, parallelLeaseCreates),
 		foreign:      newForeignLeases(),
 		admit:        newAdmitGate(ptr.Deref(args.DeviceResourceName, "")),
-		binding:      newBindSlots(int(ptr.Deref(args.MaxPodsBinding, DefaultMaxPodsBinding))),
 	}
 	p.ledger.SetClock(clk.Now)
 	p.domains = newDomainIndex(args.TopologyLevels)

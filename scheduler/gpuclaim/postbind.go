@@ -20,7 +20,6 @@ func (p *Plugin) PostBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if _, ok := claimName(pod); !ok {
 		return
 	}
-	p.binding.leave(pod.UID)
 	p.waiting.remove(pod.UID)
 	p.relaxed.forget(pod.UID)
 	s, err := getState(cs)

@@ -51,9 +51,6 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		}
 		metrics.AdmitWait.Observe(p.clock.Since(began).Seconds())
 	}
-	// From here the pod writes to the API server until its Binding lands: it holds one of the
-	// binding slots until PostBind or Unreserve.
-	p.binding.enter(pod.UID)
 	// The claim is taken (claimlock.go) with the status the Binding follows: Bound, or Reserved
 	// with recordReservedPhase (PostBind then writes Bound).
 	alloc := apiv1.Allocation{Node: nodeName, IDs: s.ids}

@@ -35,15 +35,6 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		// on its peers leave it its share of the pods (preenqueue.go).
 		p.joinPeers()
 	}
-	if _, ok := claimName(pod); ok {
-		// When every binding slot is taken, this pod is placed once one frees, on the cluster
-		// as it is then (bindslots.go).
-		began := p.clock.Now()
-		if err := p.binding.wait(ctx); err != nil {
-			return nil, fwk.AsStatus(fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
-		}
-		metrics.BindingSlotWait.Observe(p.clock.Since(began).Seconds())
-	}
 	res, st, reason := p.preFilter(ctx, cs, pod, nodes)
 	if st.IsRejected() {
 		name, _ := claimName(pod)

@@ -47,8 +47,6 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if _, ok := claimName(pod); !ok {
 		return
 	}
-	// After the leases and the claim are given back below: those are writes too.
-	defer p.binding.leave(pod.UID)
 	s, err := getState(cs)
 	if err != nil {
 		return

@@ -38,15 +38,6 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 14),
 		StabilityLevel: metrics.ALPHA,
 	})
-	// BindingSlotWait is how long a claim pod's scheduling cycle waited in PreFilter for one of
-	// the pods being bound to finish (maxPodsBinding).
-	BindingSlotWait = metrics.NewHistogram(&metrics.HistogramOpts{
-		Subsystem:      subsystem,
-		Name:           "binding_slot_wait_duration_seconds",
-		Help:           "Time a pod's scheduling cycle waited, before it picked a node, for one of the maxPodsBinding pods whose leases, claim and Binding were being written to finish.",
-		Buckets:        metrics.ExponentialBuckets(0.001, 2, 18),
-		StabilityLevel: metrics.ALPHA,
-	})
 	// AdmitWait is how long PreBind waited for the kubelet to admit the pod before it of the
 	// same GPU count on the node (device-plugin mode only).
 	AdmitWait = metrics.NewHistogram(&metrics.HistogramOpts{
@@ -261,7 +252,7 @@ var once sync.Once
 // registers.
 func Register(src Sources) {
 	once.Do(func() {
-		legacyregistry.MustRegister(Allocations, LeaseConflicts, AllocationLatency, AdmitWait, BindingSlotWait, MultiGPUAllocations, IslandLocalAllocations, LeasesReleased,
+		legacyregistry.MustRegister(Allocations, LeaseConflicts, AllocationLatency, AdmitWait, MultiGPUAllocations, IslandLocalAllocations, LeasesReleased,
 			Placements, AllocationDuration, GangWait, StaleLeases)
 		legacyregistry.CustomMustRegister(&fleetCollector{src: src})
 		for _, r := range reasons {
