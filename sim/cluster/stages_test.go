@@ -129,8 +129,18 @@ func TestHeartbeatIsSlowerThanLease(t *testing.T) {
 	if s.Spec.Delay == nil || s.Spec.Delay.DurationMilliseconds == nil {
 		t.Fatal("heartbeat stage has no delay: it would update every node in a loop")
 	}
-	if got := *s.Spec.Delay.DurationMilliseconds; got < DefaultNodeLeaseDuration.Milliseconds() {
-		t.Errorf("status heartbeat every %d ms is more often than the lease (%s): the lease should carry liveness", got, DefaultNodeLeaseDuration)
+	least := *s.Spec.Delay.DurationMilliseconds
+	if least < DefaultNodeLeaseDuration.Milliseconds() {
+		t.Errorf("status heartbeat every %d ms is more often than the lease (%s): the lease should carry liveness", least, DefaultNodeLeaseDuration)
+	}
+	// Nodes created together must not beat together: the delay is drawn between the two
+	// bounds, and a window narrower than the mean interval keeps the beats bunched.
+	if s.Spec.Delay.JitterDurationMilliseconds == nil {
+		t.Fatal("heartbeat stage has no jitter: nodes created together would beat together")
+	}
+	most := *s.Spec.Delay.JitterDurationMilliseconds
+	if mean := (least + most) / 2; most-least < mean {
+		t.Errorf("heartbeat delay drawn from [%d, %d] ms: a window of %d ms is narrower than the mean interval %d ms, so nodes created together beat bunched", least, most, most-least, mean)
 	}
 }
 
