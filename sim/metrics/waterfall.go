@@ -9,9 +9,14 @@ import (
 // simulator's clock; a step with OK false was not seen (the stock scheduler has no leases or
 // claims, and a pod that never bound has no end). Planned is the arrival the workload planned
 // for the pod, before its create call: the simulator's own backlog lies between the two.
+//
+// Scheduled is when the scheduler's own Scheduled event says the pod was bound (on the
+// scheduler's clock, once its Binding returned): unlike Bound, it is not seen through a
+// watch by the simulator, whose process also runs the agent fleet, so the gap between the two
+// is how late the simulator saw the binding.
 type Steps struct {
-	Planned, Created, Seen, PreBind, Leased, Claimed, Bound               time.Duration
-	PlannedOK, CreatedOK, SeenOK, PreBindOK, LeasedOK, ClaimedOK, BoundOK bool
+	Planned, Created, Seen, PreBind, Leased, Claimed, Bound, Scheduled                 time.Duration
+	PlannedOK, CreatedOK, SeenOK, PreBindOK, LeasedOK, ClaimedOK, BoundOK, ScheduledOK bool
 }
 
 // Span is one stage of the waterfall over the pods that have both its ends.
@@ -34,6 +39,11 @@ const (
 	SpanBind     = "claim taken -> pod seen bound (Bind)"
 	SpanToBound  = "pod seen -> pod seen bound"
 	SpanTotal    = "create call -> pod seen bound"
+	// SpanScheduled is the latency without the simulator's watch: to the scheduler's own
+	// stamp of the binding.
+	SpanScheduled = "create call -> Scheduled event (the scheduler's stamp once its Binding returned; no watch)"
+	// SpanSeenLate is how long after the scheduler's stamp the simulator saw the pod bound.
+	SpanSeenLate = "Scheduled event -> pod seen bound (the simulator's watch)"
 )
 
 // ComputeWaterfall is where the bound pods' time went, stage by stage, each stage's p50, p99
@@ -44,6 +54,8 @@ const (
 // start (the lease and claim watches are separate streams) counts as 0. Where the planned
 // arrivals are known, a first stage says how far the create calls fell behind them: the
 // latency counts from the create call, so a backlog of creates is not in it.
+// Where the Scheduled events were read, two more rows follow the total: the latency to the
+// scheduler's own stamp of the binding, and how late after it the simulator saw the binding.
 func ComputeWaterfall(pods []Steps) []Span {
 	type stage struct {
 		name     string
@@ -57,6 +69,7 @@ func ComputeWaterfall(pods []Steps) []Span {
 	leased := func(s Steps) (time.Duration, bool) { return s.Leased, s.LeasedOK }
 	claimed := func(s Steps) (time.Duration, bool) { return s.Claimed, s.ClaimedOK }
 	bound := func(s Steps) (time.Duration, bool) { return s.Bound, s.BoundOK }
+	scheduled := func(s Steps) (time.Duration, bool) { return s.Scheduled, s.ScheduledOK }
 	stages := []stage{{name: SpanPlayer, from: planned, to: created}, {name: SpanCreate, from: created, to: seen}}
 	split := false
 	for _, p := range pods {
@@ -74,7 +87,8 @@ func ComputeWaterfall(pods []Steps) []Span {
 	} else {
 		stages = append(stages, stage{name: SpanToBound, from: seen, to: bound})
 	}
-	stages = append(stages, stage{name: SpanTotal, from: created, to: bound, total: true})
+	stages = append(stages, stage{name: SpanTotal, from: created, to: bound, total: true},
+		stage{name: SpanScheduled, from: created, to: scheduled}, stage{name: SpanSeenLate, from: scheduled, to: bound})
 	var out []Span
 	for _, st := range stages {
 		var d []time.Duration

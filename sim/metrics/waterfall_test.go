@@ -62,3 +62,39 @@ func TestComputeWaterfall(t *testing.T) {
 		t.Errorf("last stage %+v, want the total from the create call (p99 40ms)", late[len(late)-1])
 	}
 }
+
+func TestComputeWaterfallScheduledStamp(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	// Two pods stamped by their scheduler; the simulator saw the first binding 900 ms after the
+	// stamp and the second 2 ms before it (its watch beat the scheduler's return: counts 0). A
+	// third pod has no Scheduled event (dropped) and counts in neither row.
+	got := ComputeWaterfall([]Steps{
+		{Created: 0, Seen: ms(5), Bound: ms(1000), Scheduled: ms(100), CreatedOK: true, SeenOK: true, BoundOK: true, ScheduledOK: true},
+		{Created: ms(50), Seen: ms(60), Bound: ms(90), Scheduled: ms(92), CreatedOK: true, SeenOK: true, BoundOK: true, ScheduledOK: true},
+		{Created: ms(70), Seen: ms(75), Bound: ms(95), CreatedOK: true, SeenOK: true, BoundOK: true},
+	})
+	want := map[string]Span{
+		SpanScheduled: {Pods: 2, P50: ms(42), P99: ms(100), Mean: ms(71)},
+		SpanSeenLate:  {Pods: 2, P50: 0, P99: ms(900), Mean: ms(450)},
+	}
+	found := 0
+	for _, sp := range got {
+		w, ok := want[sp.Name]
+		if !ok {
+			continue
+		}
+		found++
+		if sp.Pods != w.Pods || sp.P50 != w.P50 || sp.P99 != w.P99 || sp.Mean != w.Mean || sp.Total {
+			t.Errorf("%q: %+v, want %+v", sp.Name, sp, w)
+		}
+	}
+	if found != len(want) {
+		t.Errorf("stages %+v: want both rows of the scheduler's stamp", got)
+	}
+	// The total stays the simulator's own reading, over all three pods.
+	for _, sp := range got {
+		if sp.Total && (sp.Name != SpanTotal || sp.Pods != 3) {
+			t.Errorf("total %+v, want %q over 3 pods", sp, SpanTotal)
+		}
+	}
+}

@@ -401,6 +401,8 @@ func (r *Report) rows() [][]string {
 		{"  " + metrics.SpanBind, func(x *runner.RunResult) string { return span(x, metrics.SpanBind) }},
 		{"  " + metrics.SpanToBound + " (no steps seen: the stock scheduler)", func(x *runner.RunResult) string { return span(x, metrics.SpanToBound) }},
 		{"  " + metrics.SpanTotal, func(x *runner.RunResult) string { return span(x, metrics.SpanTotal) }},
+		{"  " + metrics.SpanScheduled, func(x *runner.RunResult) string { return span(x, metrics.SpanScheduled) }},
+		{"  " + metrics.SpanSeenLate, func(x *runner.RunResult) string { return span(x, metrics.SpanSeenLate) }},
 		{"in the scheduler, p50 / p99 (mean): queue entry to bound", func(x *runner.RunResult) string {
 			return stage(x, func(s *metrics.Stages) *metrics.Stage { return s.Queued })
 		}},

@@ -12,6 +12,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,6 +57,11 @@ type podRecord struct {
 	// (Bound or Reserved).
 	preBind, leased, claimed       time.Duration
 	preBindOK, leasedOK, claimedOK bool
+	// scheduled is when the scheduler's Scheduled event says the pod was bound: the event's
+	// eventTime, which the scheduler stamps once its Binding returned, on its own clock (this
+	// machine's). Unlike bound, no watch and no work of this process stands between the two.
+	scheduled   time.Duration
+	scheduledOK bool
 }
 
 // recorder watches the workload's pods and the GpuNodeStatus objects and timestamps what it
@@ -532,6 +538,53 @@ func (r *recorder) stamping() (p50, p99 time.Duration, extra int) {
 	return at(0.5), at(0.99), len(r.extra)
 }
 
+// ReasonScheduled is the reason of the event a scheduler (the stock one and gpu-scheduler,
+// through the scheduling framework) records for a pod once its Binding returned.
+const ReasonScheduled = "Scheduled"
+
+// observeScheduled takes each pod's binding moment from its scheduler's Scheduled event
+// (eventTime: microseconds, the scheduler's clock) and returns how many pods got one. Events
+// stamped before this recorder started are an earlier run's, in a namespace of the same name.
+func (r *recorder) observeScheduled(events []eventsv1.Event) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for i := range events {
+		e := &events[i]
+		if e.Reason != ReasonScheduled || e.Regarding.Kind != "Pod" || e.EventTime.Time.Before(r.start) {
+			continue
+		}
+		name := e.Regarding.Name
+		if slot, ok := r.alias[name]; ok {
+			name = slot // a controller's pod stands for its plan slot
+		}
+		p := r.pods[name]
+		if p == nil || p.scheduledOK {
+			continue
+		}
+		p.scheduled, p.scheduledOK = e.EventTime.Sub(r.start), true
+		n++
+	}
+	return n
+}
+
+// listEvents lists the events.k8s.io events of namespace, page by page.
+func listEvents(ctx context.Context, cs kubernetes.Interface, namespace string) ([]eventsv1.Event, error) {
+	var out []eventsv1.Event
+	opts := metav1.ListOptions{Limit: 1000}
+	for {
+		l, err := cs.EventsV1().Events(namespace).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing events in %s: %w", namespace, err)
+		}
+		out = append(out, l.Items...)
+		if l.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = l.Continue
+	}
+}
+
 // steps returns the plan's pods' timelines for the waterfall, as offsets from t0. With planned
 // (the simulator created the plan's pods itself, at plan times on this clock) each pod's
 // planned arrival is a step too; pods that controllers made have none.
@@ -552,6 +605,7 @@ func (r *recorder) steps(plan []scenario.PodPlan, t0 time.Duration, planned bool
 			Leased: p.leased - t0, LeasedOK: p.leasedOK,
 			Claimed: p.claimed - t0, ClaimedOK: p.claimedOK,
 			Bound: p.bound - t0, BoundOK: p.boundOK,
+			Scheduled: p.scheduled - t0, ScheduledOK: p.scheduledOK,
 		})
 	}
 	return out

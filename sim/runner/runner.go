@@ -342,6 +342,7 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	if err != nil {
 		return nil, err
 	}
+	r.readScheduled(ctx)
 	r.workloadNotes(w)
 	r.figures(w)
 	return r.drain(ctx, last)
@@ -846,6 +847,24 @@ func (r *modeRun) saveRunFiles(ctx context.Context) {
 
 // workloadNotes notes how the workload ended and what the mode's own records add: a DRA
 // run's fallbacks and claims, a workload of controllers' stamping and extra pods, failed creates.
+// readScheduled takes the bound pods' binding moments from their schedulers' Scheduled events
+// (recorder.observeScheduled), before the drain deletes them. On an existing cluster the
+// scheduler's clock need not be this machine's, so it is skipped there.
+func (r *modeRun) readScheduled(ctx context.Context) {
+	if r.external {
+		return
+	}
+	events, err := listEvents(ctx, r.cs, r.ns)
+	if err != nil {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("no latency to the scheduler's stamp: %v", err))
+		return
+	}
+	stamped := r.rec.observeScheduled(events)
+	if bound, _ := r.rec.counts(); stamped < bound {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%d of %d bound pods had a Scheduled event (a scheduler's event broadcaster drops events when its queue is full); the latency to the scheduler's stamp is over those", stamped, bound))
+	}
+}
+
 func (r *modeRun) workloadNotes(w *workload) {
 	res := r.res
 	if w.full {
