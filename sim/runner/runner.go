@@ -342,7 +342,6 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 	if err != nil {
 		return nil, err
 	}
-	r.readScheduled(ctx)
 	r.workloadNotes(w)
 	r.figures(w)
 	return r.drain(ctx, last)
@@ -753,6 +752,8 @@ func (r *modeRun) playWorkload(ctx context.Context) (*workload, error) {
 		return nil, err
 	}
 	w.liveness = r.fleet.LivenessWrites().Sub(livenessBefore)
+	// After the counters are read, so that the list is in no figure; before the timeline file.
+	r.readScheduled(ctx)
 	if r.o.LogDir != "" {
 		r.saveRunFiles(ctx)
 	}

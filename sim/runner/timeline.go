@@ -19,7 +19,8 @@ import (
 // seconds (to line up with the components' logs), when it was first seen, first seen
 // unschedulable and seen bound; then its node and when it was seen finished or deleted; then,
 // for gpu-scheduler, when PreBind began making its GPU leases, when the last was seen and when
-// its claim was seen taken; "-" where that never happened. It is what tells where a pod's time went between the controller
+// its claim was seen taken; last, the moment its scheduler's Scheduled event stamped (both
+// schedulers); "-" where that never happened. It is what tells where a pod's time went between the controller
 // that made it and its binding, and with the node and end which GPUs were free meanwhile
 // (the replay of sim/metrics frees a pod's GPUs at that end).
 func (r *recorder) writeTimeline(path string) error {
@@ -35,7 +36,7 @@ func (r *recorder) writeTimeline(path string) error {
 		return fmt.Errorf("creating the pod timeline: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, "pod\tseen\tunschedulable\tbound\tnode\tended\tprebind\tleased\tclaimed")
+	fmt.Fprintln(w, "pod\tseen\tunschedulable\tbound\tnode\tended\tprebind\tleased\tclaimed\tscheduled")
 	stamp := func(d time.Duration, ok bool) string {
 		if !ok {
 			return "-"
@@ -52,8 +53,8 @@ func (r *recorder) writeTimeline(path string) error {
 		if node == "" {
 			node = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, stamp(p.seen, p.seenOK), stamp(p.unschedAt, p.unschedOK), stamp(p.bound, p.boundOK), node, stamp(p.ended, p.endedOK),
-			stamp(p.preBind, p.preBindOK), stamp(p.leased, p.leasedOK), stamp(p.claimed, p.claimedOK))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, stamp(p.seen, p.seenOK), stamp(p.unschedAt, p.unschedOK), stamp(p.bound, p.boundOK), node, stamp(p.ended, p.endedOK),
+			stamp(p.preBind, p.preBindOK), stamp(p.leased, p.leasedOK), stamp(p.claimed, p.claimedOK), stamp(p.scheduled, p.scheduledOK))
 	}
 	if err := w.Flush(); err != nil {
 		_ = f.Close()
