@@ -846,8 +846,6 @@ func (r *modeRun) saveRunFiles(ctx context.Context) {
 	}
 }
 
-// workloadNotes notes how the workload ended and what the mode's own records add: a DRA
-// run's fallbacks and claims, a workload of controllers' stamping and extra pods, failed creates.
 // readScheduled takes the bound pods' binding moments from their schedulers' Scheduled events
 // (recorder.observeScheduled), before the drain deletes them. On an existing cluster the
 // scheduler's clock need not be this machine's, so it is skipped there.
@@ -866,6 +864,8 @@ func (r *modeRun) readScheduled(ctx context.Context) {
 	}
 }
 
+// workloadNotes notes how the workload ended and what the mode's own records add: a DRA
+// run's fallbacks and claims, a workload of controllers' stamping and extra pods, failed creates.
 func (r *modeRun) workloadNotes(w *workload) {
 	res := r.res
 	if w.full {
