@@ -15,6 +15,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
@@ -568,14 +569,18 @@ func (r *recorder) observeScheduled(events []eventsv1.Event) int {
 	return n
 }
 
-// listEvents lists the events.k8s.io events of namespace, page by page.
-func listEvents(ctx context.Context, cs kubernetes.Interface, namespace string) ([]eventsv1.Event, error) {
+// listScheduledEvents lists the Scheduled events about pods in namespace, page by page. The
+// API server filters them (field selectors on reason and regarding.kind), so the other events
+// of the run (one per placement attempt that failed, the controllers') are not sent.
+func listScheduledEvents(ctx context.Context, cs kubernetes.Interface, namespace string) ([]eventsv1.Event, error) {
 	var out []eventsv1.Event
-	opts := metav1.ListOptions{Limit: 1000}
+	opts := metav1.ListOptions{Limit: 1000, FieldSelector: fields.AndSelectors(
+		fields.OneTermEqualSelector("reason", ReasonScheduled),
+		fields.OneTermEqualSelector("regarding.kind", "Pod")).String()}
 	for {
 		l, err := cs.EventsV1().Events(namespace).List(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("listing events in %s: %w", namespace, err)
+			return nil, fmt.Errorf("listing the Scheduled events in %s: %w", namespace, err)
 		}
 		out = append(out, l.Items...)
 		if l.Continue == "" {

@@ -853,7 +853,7 @@ func (r *modeRun) readScheduled(ctx context.Context) {
 	if r.external {
 		return
 	}
-	events, err := listEvents(ctx, r.cs, r.ns)
+	events, err := listScheduledEvents(ctx, r.cs, r.ns)
 	if err != nil {
 		r.res.Notes = append(r.res.Notes, fmt.Sprintf("no latency to the scheduler's stamp: %v", err))
 		return
