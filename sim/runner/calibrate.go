@@ -1,8 +1,10 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,13 +20,15 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/sim/cluster"
 )
 
-// createIdle is how long the processes' background CPU is sampled before the pre-made claims
-// are created: a few seconds of agent writes, node heartbeats and the components' resyncs.
-const createIdle = 3 * time.Second
+// backgroundWindows is how many windows of quietWindow measureBackground samples the processes'
+// background CPU in (agent writes, node heartbeats, the components' resyncs); it keeps the
+// second quietest.
+const backgroundWindows = 8
 
 // measureCreates runs create, which makes n objects, and returns what one of them cost each
 // process in CPU seconds: the CPU used while create ran, less the background the same
-// processes used in an idle window just before, scaled to create's duration.
+// processes used in an idle window just before (once their use stopped falling, waitQuiet),
+// scaled to create's duration.
 //
 // Why: a pod that names a GpuClaimTemplate costs one GpuClaim create more than a pod whose
 // claim was made beforehand, and on two shared cores that create's CPU alone bounds how close
@@ -34,7 +38,10 @@ const createIdle = 3 * time.Second
 // faster than the workload makes them, so if anything they cost less here than inside the
 // workload and the bound drawn from them is generous.
 func measureCreates(ctx context.Context, c *cluster.Cluster, n int, create func() error) (map[string]float64, error) {
-	background, err := measureBackground(ctx, c, createIdle)
+	if _, _, err := waitQuiet(ctx, c); err != nil {
+		return nil, err
+	}
+	background, err := measureBackground(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -45,22 +52,109 @@ func measureCreates(ctx context.Context, c *cluster.Cluster, n int, create func(
 	return perObject(from.until(markCPU(c)), background, time.Since(start), n), nil
 }
 
-// measureBackground is each process's CPU per second of wall time over an idle window of
-// length d.
-func measureBackground(ctx context.Context, c *cluster.Cluster, d time.Duration) (map[string]float64, error) {
-	from, start := markCPU(c), time.Now()
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(d):
+// The settle before an idle window (waitQuiet): windows of quietWindow, until quietWindows
+// of them in a row each used at least quietRatio of the CPU of the window before (the use has
+// stopped falling), or quietMax.
+const (
+	quietWindow  = time.Second
+	quietWindows = 2
+	quietRatio   = 0.9
+	quietMax     = 20 * time.Second
+)
+
+// waitQuiet waits until the processes' CPU use has stopped falling, and says how long that took
+// and whether it gave up at quietMax. Why: a setup's last writes keep the API server busy for
+// seconds after their calls return (the watch events of a batch of writes, their garbage), and an
+// idle window measured in that tail reads it as background, which is subtracted from the run's
+// CPU per pod; a workload started in it pays for it too. Every run settles the same way before
+// its idle window.
+func waitQuiet(ctx context.Context, c *cluster.Cluster) (time.Duration, bool, error) {
+	start := time.Now()
+	rule := newQuietRule()
+	for {
+		from := markCPU(c)
+		select {
+		case <-ctx.Done():
+			return time.Since(start), false, ctx.Err()
+		case <-time.After(quietWindow):
+		}
+		used := 0.0
+		for _, v := range from.until(markCPU(c)) {
+			used += v
+		}
+		if rule.settled(used) {
+			return time.Since(start), false, nil
+		}
+		if time.Since(start) >= quietMax {
+			return time.Since(start), true, nil
+		}
 	}
-	spent := from.until(markCPU(c))
-	secs := time.Since(start).Seconds()
-	out := make(map[string]float64, len(spent))
-	for name, v := range spent {
-		out[name] = v / secs
+}
+
+// quietRule follows the CPU seconds the processes used in consecutive windows.
+type quietRule struct {
+	prev   float64 // the window before's; < 0 before the first window
+	steady int     // windows in a row that did not fall below quietRatio of the one before
+}
+
+func newQuietRule() *quietRule { return &quietRule{prev: -1} }
+
+// settled takes the next window's CPU seconds and tells whether the use has stopped falling.
+func (q *quietRule) settled(used float64) bool {
+	if q.prev >= 0 && used >= q.prev*quietRatio {
+		q.steady++
+	} else {
+		q.steady = 0
 	}
-	return out, nil
+	q.prev = used
+	return q.steady >= quietWindows
+}
+
+// measureBackground is each process's CPU per second of wall time while idle: that of the
+// second quietest of backgroundWindows windows by their total (quietestWindow). Why not one long
+// window, nor their mean: kwok renews every node's lease each quarter of its duration, and the
+// leases of a node pool made at once come due together, a burst of one write per node every
+// renewal that keeps the API server, etcd and kwok busy for seconds. gpu-scheduler's run reaches
+// its idle window about one renewal after making its nodes, where the first burst falls; read as
+// background, it was subtracted from the whole workload's CPU (docs/simulator.md). Both
+// workloads meet the bursts, which averaged over a renewal cost little; the background is what
+// remains between them.
+func measureBackground(ctx context.Context, c *cluster.Cluster) (map[string]float64, error) {
+	windows := make([]map[string]float64, 0, backgroundWindows)
+	for range backgroundWindows {
+		from, start := markCPU(c), time.Now()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(quietWindow):
+		}
+		spent := from.until(markCPU(c))
+		secs := time.Since(start).Seconds()
+		rates := make(map[string]float64, len(spent))
+		for name, v := range spent {
+			rates[name] = v / secs
+		}
+		windows = append(windows, rates)
+	}
+	return quietestWindow(windows), nil
+}
+
+// quietestWindow is the window with the second lowest total (the lowest with one window): one
+// better than the quietest, which a lull of the agents' writes can make too low.
+func quietestWindow(windows []map[string]float64) map[string]float64 {
+	if len(windows) == 0 {
+		return nil
+	}
+	total := func(w map[string]float64) float64 {
+		t := 0.0
+		for _, v := range w {
+			t += v
+		}
+		return t
+	}
+	sorted := slices.Clone(windows)
+	slices.SortStableFunc(sorted, func(a, b map[string]float64) int { return cmp.Compare(total(a), total(b)) })
+	return sorted[min(1, len(sorted)-1)]
 }
 
 // perObject is each process's CPU per object: what it spent while busy, less its background

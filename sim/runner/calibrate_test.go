@@ -83,3 +83,55 @@ func TestWaitFleetSettled(t *testing.T) {
 		t.Fatalf("a quiet, published fleet: %v", err)
 	}
 }
+
+// settleAfter is the window, counted from 1, at which waitQuiet's rule stops on these CPU
+// seconds per window; 0 when it would not stop.
+func settleAfter(windows []float64) int {
+	rule := newQuietRule()
+	for i, w := range windows {
+		if rule.settled(w) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+func TestWaitQuietRule(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		windows []float64
+		want    int
+	}{
+		// The tail of a batch of deletes as sampled on steady-fill (all processes, CPU seconds
+		// per 1 s window): a plateau of two windows, still falling, then flat.
+		{"a tail with a plateau is waited out", []float64{1.2, 0.63, 0.56, 0.27, 0.08, 0.08, 0.09}, 7},
+		{"a flat background stops at the third window", []float64{0.12, 0.12, 0.12}, 3},
+		{"noise that rises is not falling", []float64{0.10, 0.13, 0.12}, 3},
+		{"a dip of more than a tenth starts the count again", []float64{0.20, 0.20, 0.17, 0.17, 0.17}, 5},
+		{"two windows are never enough", []float64{0.01, 0.01}, 0},
+	} {
+		if got := settleAfter(c.windows); got != c.want {
+			t.Errorf("%s: %v stops after window %d, want %d", c.name, c.windows, got, c.want)
+		}
+	}
+}
+
+func TestQuietestWindowSkipsABurst(t *testing.T) {
+	quiet := func(apiserver float64) map[string]float64 {
+		return map[string]float64{"kube-apiserver": apiserver, "etcd": 0.01, "kwok": 0}
+	}
+	// Five of eight windows caught kwok's node lease renewals: the apiserver, etcd and kwok busy.
+	burst := func(apiserver float64) map[string]float64 {
+		return map[string]float64{"kube-apiserver": apiserver, "etcd": 0.1, "kwok": 0.09}
+	}
+	got := quietestWindow([]map[string]float64{burst(0.29), burst(0.33), burst(0.41), burst(0.37), burst(0.35), quiet(0.05), quiet(0.02), quiet(0.04)})
+	if got["kube-apiserver"] != 0.04 || got["kwok"] != 0 {
+		t.Errorf("got %v, want the second quietest window (apiserver 0.04, kwok 0)", got)
+	}
+	if got := quietestWindow([]map[string]float64{quiet(0.03)}); got["kube-apiserver"] != 0.03 {
+		t.Errorf("one window: got %v, want it", got)
+	}
+	if got := quietestWindow(nil); got != nil {
+		t.Errorf("no windows: got %v, want nil", got)
+	}
+}

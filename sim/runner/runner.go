@@ -332,8 +332,16 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		// What the processes use with nothing scheduled (node heartbeats, agent writes, resyncs):
 		// the workload pays it for as long as it lasts, so the slower run pays more of it per pod.
 		// Before the write counters are read, so that its writes count in no workload.
+		r.bar.phase("waiting for the setup's writes to settle")
+		waited, gaveUp, err := waitQuiet(ctx, r.c)
+		if err != nil {
+			return nil, err
+		}
+		if gaveUp {
+			r.res.Notes = append(r.res.Notes, fmt.Sprintf("the processes' CPU use was still falling %s after the setup's last write; the idle background was measured anyway and may be high", waited.Round(time.Second)))
+		}
 		r.bar.phase("measuring the idle background")
-		if r.res.BackgroundCPU, err = measureBackground(ctx, r.c, createIdle); err != nil {
+		if r.res.BackgroundCPU, err = measureBackground(ctx, r.c); err != nil {
 			return nil, err
 		}
 	}
@@ -343,6 +351,9 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		return nil, err
 	}
 	r.workloadNotes(w)
+	if err := r.priceContractWrites(ctx); err != nil {
+		return nil, err
+	}
 	r.figures(w)
 	return r.drain(ctx, last)
 }
@@ -648,8 +659,7 @@ func (r *modeRun) setupGPUScheduler(ctx context.Context) error {
 }
 
 // premakeClaims creates every pod's GpuClaim before the clock and, on a cluster this run
-// started, measures what a create costs and (gpu-scheduler run) what the API contract's lease
-// creates and claim status writes cost.
+// started, measures what a create costs.
 func (r *modeRun) premakeClaims(ctx context.Context) error {
 	r.bar.phase(fmt.Sprintf("creating %d GpuClaims (and measuring what a create costs)", len(r.plan)))
 	create := func() error { return createClaims(ctx, r.gcs, r.plan, r.ns, r.run) }
@@ -666,15 +676,22 @@ func (r *modeRun) premakeClaims(ctx context.Context) error {
 		r.res.ClaimCreateCPU = cost
 	}
 	r.res.PremadeClaims = len(r.plan)
-	if r.mode == ModeGPU && !r.external {
-		n := calibrationObjects(len(r.plan))
-		r.bar.phase(fmt.Sprintf("measuring what %d lease creates and claim status writes cost", n))
-		var err error
-		if r.res.ContractWriteCPU, err = measureContractWrites(ctx, r.c, r.cs, r.gcs, n); err != nil {
-			return err
-		}
-	}
 	return nil
+}
+
+// priceContractWrites measures, in gpu-scheduler's run with pre-made claims, what a GPU lease
+// create and a GpuClaim status write cost (measureContractWrites). After the workload, not
+// before it: the scratch objects' deletion keeps the API server busy for seconds after its calls
+// return, and a workload started in that tail paid for it, as did its idle background.
+func (r *modeRun) priceContractWrites(ctx context.Context) error {
+	if r.mode != ModeGPU || r.external || r.templated {
+		return nil
+	}
+	n := calibrationObjects(len(r.plan))
+	r.bar.phase(fmt.Sprintf("measuring what %d lease creates and claim status writes cost", n))
+	var err error
+	r.res.ContractWriteCPU, err = measureContractWrites(ctx, r.c, r.cs, r.gcs, n)
+	return err
 }
 
 // setupDRA creates the DRA baseline's ResourceClaimTemplates and notes what of the claims DRA
