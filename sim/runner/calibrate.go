@@ -63,11 +63,10 @@ const (
 )
 
 // waitQuiet waits until the processes' CPU use has stopped falling, and says how long that took
-// and whether it gave up at quietMax. Why: a setup's last writes keep the API server busy for
-// seconds after their calls return (the watch events of a batch of writes, their garbage), and an
-// idle window measured in that tail reads it as background, which is subtracted from the run's
-// CPU per pod; a workload started in it pays for it too. Every run settles the same way before
-// its idle window.
+// and whether it gave up at quietMax. Why: the setup's last writes keep the API server busy for a
+// while after their calls return (their watch events, their garbage), and an idle window
+// measured in that tail reads it as background, which is subtracted from the run's CPU per pod.
+// Every run settles the same way before its idle windows.
 func waitQuiet(ctx context.Context, c *cluster.Cluster) (time.Duration, bool, error) {
 	start := time.Now()
 	rule := newQuietRule()

@@ -351,9 +351,6 @@ func runOne(ctx context.Context, o Options, mode string, st *site, last bool) (_
 		return nil, err
 	}
 	r.workloadNotes(w)
-	if err := r.priceContractWrites(ctx); err != nil {
-		return nil, err
-	}
 	r.figures(w)
 	return r.drain(ctx, last)
 }
@@ -659,7 +656,8 @@ func (r *modeRun) setupGPUScheduler(ctx context.Context) error {
 }
 
 // premakeClaims creates every pod's GpuClaim before the clock and, on a cluster this run
-// started, measures what a create costs.
+// started, measures what a create costs and (gpu-scheduler run) what the API contract's lease
+// creates and claim status writes cost.
 func (r *modeRun) premakeClaims(ctx context.Context) error {
 	r.bar.phase(fmt.Sprintf("creating %d GpuClaims (and measuring what a create costs)", len(r.plan)))
 	create := func() error { return createClaims(ctx, r.gcs, r.plan, r.ns, r.run) }
@@ -676,22 +674,15 @@ func (r *modeRun) premakeClaims(ctx context.Context) error {
 		r.res.ClaimCreateCPU = cost
 	}
 	r.res.PremadeClaims = len(r.plan)
-	return nil
-}
-
-// priceContractWrites measures, in gpu-scheduler's run with pre-made claims, what a GPU lease
-// create and a GpuClaim status write cost (measureContractWrites). After the workload, not
-// before it: the scratch objects' deletion keeps the API server busy for seconds after its calls
-// return, and a workload started in that tail paid for it, as did its idle background.
-func (r *modeRun) priceContractWrites(ctx context.Context) error {
-	if r.mode != ModeGPU || r.external || r.templated {
-		return nil
+	if r.mode == ModeGPU && !r.external {
+		n := calibrationObjects(len(r.plan))
+		r.bar.phase(fmt.Sprintf("measuring what %d lease creates and claim status writes cost", n))
+		var err error
+		if r.res.ContractWriteCPU, err = measureContractWrites(ctx, r.c, r.cs, r.gcs, n); err != nil {
+			return err
+		}
 	}
-	n := calibrationObjects(len(r.plan))
-	r.bar.phase(fmt.Sprintf("measuring what %d lease creates and claim status writes cost", n))
-	var err error
-	r.res.ContractWriteCPU, err = measureContractWrites(ctx, r.c, r.cs, r.gcs, n)
-	return err
+	return nil
 }
 
 // setupDRA creates the DRA baseline's ResourceClaimTemplates and notes what of the claims DRA
