@@ -102,8 +102,8 @@ func TestWaitQuietRule(t *testing.T) {
 		windows []float64
 		want    int
 	}{
-		// The tail of a batch of deletes as sampled on steady-fill (all processes, CPU seconds
-		// per 1 s window): a plateau of two windows, still falling, then flat.
+		// A tail after the setup's last writes as sampled on steady-fill (all processes, CPU
+		// seconds per 1 s window): a plateau of two windows, still falling, then flat.
 		{"a tail with a plateau is waited out", []float64{1.2, 0.63, 0.56, 0.27, 0.08, 0.08, 0.09}, 7},
 		{"a flat background stops at the third window", []float64{0.12, 0.12, 0.12}, 3},
 		{"noise that rises is not falling", []float64{0.10, 0.13, 0.12}, 3},
