@@ -53,12 +53,15 @@ func measureCreates(ctx context.Context, c *cluster.Cluster, n int, create func(
 }
 
 // The settle before an idle window (waitQuiet): windows of quietWindow, until quietWindows
-// of them in a row each used at least quietRatio of the CPU of the window before (the use has
-// stopped falling), or quietMax.
+// of them in a row each used at least quietRatio of the CPU of the window before, or no more
+// than quietNoise CPU seconds less (the use has stopped falling), or quietMax. quietNoise keeps
+// a nearly idle small cluster, whose windows differ by hundredths of a core both ways, from
+// reading as falling for quietMax.
 const (
 	quietWindow  = time.Second
 	quietWindows = 2
 	quietRatio   = 0.9
+	quietNoise   = 0.02
 	quietMax     = 20 * time.Second
 )
 
@@ -93,14 +96,14 @@ func waitQuiet(ctx context.Context, c *cluster.Cluster) (time.Duration, bool, er
 // quietRule follows the CPU seconds the processes used in consecutive windows.
 type quietRule struct {
 	prev   float64 // the window before's; < 0 before the first window
-	steady int     // windows in a row that did not fall below quietRatio of the one before
+	steady int     // windows in a row that did not fall (quietRatio, quietNoise)
 }
 
 func newQuietRule() *quietRule { return &quietRule{prev: -1} }
 
 // settled takes the next window's CPU seconds and tells whether the use has stopped falling.
 func (q *quietRule) settled(used float64) bool {
-	if q.prev >= 0 && used >= q.prev*quietRatio {
+	if q.prev >= 0 && (used >= q.prev*quietRatio || q.prev-used <= quietNoise) {
 		q.steady++
 	} else {
 		q.steady = 0

@@ -109,6 +109,7 @@ func TestWaitQuietRule(t *testing.T) {
 		{"noise that rises is not falling", []float64{0.10, 0.13, 0.12}, 3},
 		{"a dip of more than a tenth starts the count again", []float64{0.20, 0.20, 0.17, 0.17, 0.17}, 5},
 		{"two windows are never enough", []float64{0.01, 0.01}, 0},
+		{"hundredths of a core either way are noise", []float64{0.03, 0.01, 0.02}, 3},
 	} {
 		if got := settleAfter(c.windows); got != c.want {
 			t.Errorf("%s: %v stops after window %d, want %d", c.name, c.windows, got, c.want)
