@@ -54,7 +54,7 @@ func measureCreates(ctx context.Context, c *cluster.Cluster, n int, create func(
 
 // The settle before an idle window (waitQuiet): windows of quietWindow, until quietWindows
 // of them in a row each used at least quietRatio of the CPU of the window before, or no more
-// than quietNoise CPU seconds less (the use has stopped falling), or quietMax. quietNoise keeps
+// than quietNoise cores less (the use has stopped falling), or quietMax. quietNoise keeps
 // a nearly idle small cluster, whose windows differ by hundredths of a core both ways, from
 // reading as falling for quietMax.
 const (
@@ -74,17 +74,11 @@ func waitQuiet(ctx context.Context, c *cluster.Cluster) (time.Duration, bool, er
 	start := time.Now()
 	rule := newQuietRule()
 	for {
-		from := markCPU(c)
-		select {
-		case <-ctx.Done():
-			return time.Since(start), false, ctx.Err()
-		case <-time.After(quietWindow):
+		rates, err := sampleWindow(ctx, c)
+		if err != nil {
+			return time.Since(start), false, err
 		}
-		used := 0.0
-		for _, v := range from.until(markCPU(c)) {
-			used += v
-		}
-		if rule.settled(used) {
+		if rule.settled(totalCPU(rates)) {
 			return time.Since(start), false, nil
 		}
 		if time.Since(start) >= quietMax {
@@ -93,7 +87,7 @@ func waitQuiet(ctx context.Context, c *cluster.Cluster) (time.Duration, bool, er
 	}
 }
 
-// quietRule follows the CPU seconds the processes used in consecutive windows.
+// quietRule follows the processes' CPU (cores, over windows of quietWindow) window by window.
 type quietRule struct {
 	prev   float64 // the window before's; < 0 before the first window
 	steady int     // windows in a row that did not fall (quietRatio, quietNoise)
@@ -101,7 +95,7 @@ type quietRule struct {
 
 func newQuietRule() *quietRule { return &quietRule{prev: -1} }
 
-// settled takes the next window's CPU seconds and tells whether the use has stopped falling.
+// settled takes the next window's CPU and tells whether the use has stopped falling.
 func (q *quietRule) settled(used float64) bool {
 	if q.prev >= 0 && (used >= q.prev*quietRatio || q.prev-used <= quietNoise) {
 		q.steady++
@@ -124,21 +118,39 @@ func (q *quietRule) settled(used float64) bool {
 func measureBackground(ctx context.Context, c *cluster.Cluster) (map[string]float64, error) {
 	windows := make([]map[string]float64, 0, backgroundWindows)
 	for range backgroundWindows {
-		from, start := markCPU(c), time.Now()
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(quietWindow):
-		}
-		spent := from.until(markCPU(c))
-		secs := time.Since(start).Seconds()
-		rates := make(map[string]float64, len(spent))
-		for name, v := range spent {
-			rates[name] = v / secs
+		rates, err := sampleWindow(ctx, c)
+		if err != nil {
+			return nil, err
 		}
 		windows = append(windows, rates)
 	}
 	return quietestWindow(windows), nil
+}
+
+// sampleWindow is each process's CPU per second of wall time over one window of quietWindow.
+func sampleWindow(ctx context.Context, c *cluster.Cluster) (map[string]float64, error) {
+	from, start := markCPU(c), time.Now()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(quietWindow):
+	}
+	spent := from.until(markCPU(c))
+	secs := time.Since(start).Seconds()
+	rates := make(map[string]float64, len(spent))
+	for name, v := range spent {
+		rates[name] = v / secs
+	}
+	return rates, nil
+}
+
+// totalCPU is the processes' CPU together.
+func totalCPU(rates map[string]float64) float64 {
+	t := 0.0
+	for _, v := range rates {
+		t += v
+	}
+	return t
 }
 
 // quietestWindow is the window with the second lowest total (the lowest with one window): one
@@ -147,15 +159,8 @@ func quietestWindow(windows []map[string]float64) map[string]float64 {
 	if len(windows) == 0 {
 		return nil
 	}
-	total := func(w map[string]float64) float64 {
-		t := 0.0
-		for _, v := range w {
-			t += v
-		}
-		return t
-	}
 	sorted := slices.Clone(windows)
-	slices.SortStableFunc(sorted, func(a, b map[string]float64) int { return cmp.Compare(total(a), total(b)) })
+	slices.SortStableFunc(sorted, func(a, b map[string]float64) int { return cmp.Compare(totalCPU(a), totalCPU(b)) })
 	return sorted[min(1, len(sorted)-1)]
 }
 
